@@ -1,0 +1,153 @@
+"""The MXFP4 format, in one place: quantization (bit-exact to aiter's
+`dynamic_mxfp4_quant`), dequantization, the two aiter layouts (`e8m0_shuffle`,
+`shuffle_weight`) with their inverses, and the reference GEMM.
+
+Pure torch, any device. Every backend is tested against this module, and this
+module is tested against the golden vectors in `shared/golden/`.
+"""
+
+import torch
+
+SCALE_BLOCK = 32  # elements of K sharing one e8m0 scale
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+# |q| thresholds of the e2m1 code; ">" where the tie goes down, ">=" where it goes up
+# (round-to-nearest-even: 0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4).
+_CODE_STEPS = ((0.25, False), (0.75, True), (1.25, False), (1.75, True),
+               (2.5, False), (3.5, True), (5.0, False))
+
+
+def _pow2_from_exponent(e: torch.Tensor) -> torch.Tensor:
+    """2**e as float32 built from bits (exact down to 2**-127; exp2 may flush denormals)."""
+    e = e.to(torch.int32)
+    normal = ((e + 127).clamp(min=1) << 23).view(torch.float32)
+    denormal = (torch.ones_like(e) << (e + 149).clamp(0, 22)).view(torch.float32)
+    return torch.where(e >= -126, normal, denormal)
+
+
+def scale_exponents(x: torch.Tensor) -> torch.Tensor:
+    """Per-block unbiased scale exponent e (int32, [..., K/32]) of x [..., K]."""
+    blocks = x.float().reshape(*x.shape[:-1], -1, SCALE_BLOCK)
+    amax = blocks.abs().amax(dim=-1)
+    # Round amax's bit pattern up to a power of two (carry into the exponent at >= 0.75).
+    rounded = ((amax.view(torch.int32) + 0x200000) & 0x7F800000)
+    field = rounded >> 23
+    e = (field - 127 - 2).clamp(-127, 127)
+    # inf/nan amax: log2 is inf there, so aiter's clamp gives the top exponent.
+    return torch.where(field == 255, torch.full_like(e, 127), e)
+
+
+def encode_e2m1(q: torch.Tensor) -> torch.Tensor:
+    """Magnitude code 0..7 of |q| (float32), round-to-nearest-even, saturating at 6."""
+    mag = q.abs()
+    code = torch.zeros(q.shape, dtype=torch.uint8, device=q.device)
+    for threshold, tie_goes_up in _CODE_STEPS:
+        code += (mag >= threshold) if tie_goes_up else (mag > threshold)
+    return code
+
+
+def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
+    """[..., K] codes 0..15 -> [..., K/2] bytes; element 2j in the low nibble."""
+    pairs = codes.reshape(*codes.shape[:-1], -1, 2)
+    return pairs[..., 0] | (pairs[..., 1] << 4)
+
+
+def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """[..., K/2] bytes -> [..., K] codes 0..15."""
+    packed = packed.view(torch.uint8)
+    return torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(*packed.shape[:-1], -1)
+
+
+def quantize_mxfp4(x: torch.Tensor):
+    """x [..., K] (K % 32 == 0) -> (codes uint8 [..., K/2], scales uint8 [..., K/32])."""
+    if x.shape[-1] % SCALE_BLOCK:
+        raise ValueError(f"x: last dim must be a multiple of {SCALE_BLOCK}, got {x.shape[-1]}")
+    xf = x.float()
+    e = scale_exponents(xf)
+    inv_scale = _pow2_from_exponent(-e)
+    blocks = xf.reshape(*xf.shape[:-1], -1, SCALE_BLOCK)
+    q = blocks * inv_scale.unsqueeze(-1)
+    sign = ((blocks.view(torch.int32) >> 31) & 1).to(torch.uint8) << 3
+    codes = (encode_e2m1(q) | sign).reshape(xf.shape)
+    return pack_nibbles(codes), (e + 127).to(torch.uint8)
+
+
+def e8m0_to_float(scales: torch.Tensor) -> torch.Tensor:
+    """e8m0 bytes -> float32 2**(byte-127); byte 0 -> 2**-127, byte 255 -> NaN."""
+    b = scales.view(torch.uint8).to(torch.int32)
+    value = _pow2_from_exponent(b - 127)
+    return torch.where(b == 255, torch.full_like(value, float("nan")), value)
+
+
+def _e2m1_lut(device) -> torch.Tensor:
+    magnitudes = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=device)
+    return torch.cat((magnitudes, -magnitudes))
+
+
+def dequantize_mxfp4(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """(codes [..., K/2], scales [..., K/32]) -> float32 [..., K]."""
+    values = _e2m1_lut(codes.device)[unpack_nibbles(codes).long()]
+    blocks = values.reshape(*values.shape[:-1], -1, SCALE_BLOCK)
+    return (blocks * e8m0_to_float(scales).unsqueeze(-1)).reshape(values.shape)
+
+
+# ---- aiter layouts -------------------------------------------------------------------
+
+_SCALE_VIEW = lambda rows, cols: (rows // 32, 2, 16, cols // 8, 2, 4)  # noqa: E731
+_SCALE_PERM = (0, 3, 5, 2, 4, 1)
+_SCALE_INVERSE_PERM = (0, 5, 3, 1, 4, 2)
+
+
+def padded_scale_shape(rows: int, cols: int):
+    """Shape aiter gives a shuffled scale tensor of logical shape [rows, cols]."""
+    return (-(-rows // 256) * 256, -(-cols // 8) * 8)
+
+
+def e8m0_shuffle(scales: torch.Tensor) -> torch.Tensor:
+    """[rows, cols] -> padded, shuffled [ceil(rows/256)*256, ceil(cols/8)*8] (padding = 0)."""
+    rows, cols = scales.shape
+    prow, pcol = padded_scale_shape(rows, cols)
+    padded = torch.zeros((prow, pcol), dtype=torch.uint8, device=scales.device)
+    padded[:rows, :cols] = scales.view(torch.uint8)
+    return padded.view(_SCALE_VIEW(prow, pcol)).permute(_SCALE_PERM).contiguous().view(prow, pcol)
+
+
+def e8m0_unshuffle(shuffled: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """Inverse of e8m0_shuffle, cut back to [rows, cols]; padding is never read."""
+    prow, pcol = shuffled.shape
+    permuted_shape = tuple(_SCALE_VIEW(prow, pcol)[i] for i in _SCALE_PERM)
+    flat = shuffled.view(torch.uint8).reshape(permuted_shape).permute(_SCALE_INVERSE_PERM)
+    return flat.reshape(prow, pcol)[:rows, :cols].contiguous()
+
+
+def shuffled_scale_index(r: int, c: int, padded_cols: int) -> int:
+    """Flat index of unshuffled scale (r, c) inside the shuffled tensor (SPEC §3)."""
+    return (((((r // 32) * (padded_cols // 8) + c // 8) * 4 + c % 4) * 16 + r % 16) * 2
+            + (c % 8) // 4) * 2 + (r % 32) // 16
+
+
+def shuffle_weight(codes: torch.Tensor) -> torch.Tensor:
+    """aiter shuffle_weight(layout=(16,16)) of packed codes [N, K/2] (N % 16, K % 64 == 0)."""
+    n, half_k = codes.shape
+    tiles = codes.view(torch.uint8).reshape(n // 16, 16, half_k // 32, 2, 16)
+    return tiles.permute(0, 2, 3, 1, 4).contiguous().view(n, half_k)
+
+
+def unshuffle_weight(shuffled: torch.Tensor) -> torch.Tensor:
+    """Inverse of shuffle_weight."""
+    n, half_k = shuffled.shape
+    tiles = shuffled.view(torch.uint8).reshape(n // 16, half_k // 32, 2, 16, 16)
+    return tiles.permute(0, 3, 1, 2, 4).contiguous().view(n, half_k)
+
+
+# ---- the GEMM ------------------------------------------------------------------------
+
+def reference_gemm(a: torch.Tensor, b_codes: torch.Tensor, b_scales: torch.Tensor) -> torch.Tensor:
+    """bf16 C [M, N] = dequant(quant(a)) @ dequant(b)^T in float32.
+
+    a: bf16 [M, K]; b_codes: [N, K/2]; b_scales: unshuffled [N, K/32].
+    """
+    a_codes, a_scales = quantize_mxfp4(a)
+    a_values = dequantize_mxfp4(a_codes, a_scales)
+    b_values = dequantize_mxfp4(b_codes, b_scales)
+    return (a_values @ b_values.T).to(torch.bfloat16)
