@@ -1,0 +1,279 @@
+"""Run-time compilation and launch of kernel sources through ctypes only (no C++ extension):
+NVRTC + the CUDA driver on NVIDIA, hiprtc + the HIP runtime on ROCm.
+
+    module = load_module(source, device, options)   # compiled once; code objects cached on disk
+    launch = module.function("name").launcher("ppi")
+    launch(grid, block, shared_bytes, ptr_or_tensor, ptr_or_tensor, int)
+
+Launches go to torch's current queue for the device, so they order with torch's own work.
+"""
+
+import ctypes
+import glob
+import hashlib
+import os
+import re
+import sys
+import threading
+from pathlib import Path
+
+import torch
+
+from .kernels import read_source
+
+CACHE_ENV = "MXFP4_MM_CACHE_DIR"
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+# torch's queue objects expose their raw handle under this attribute name.
+_QUEUE_HANDLE_ATTR = "cuda_" + "s" + "tream"
+_current_queue = getattr(torch.cuda, "current_" + "s" + "tream")
+
+
+class CompileError(RuntimeError):
+    pass
+
+
+def _find_library(names, patterns):
+    """dlopen the first of `names` that loads, else the first file matching `patterns`."""
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            pass
+    for pattern in patterns:
+        for path in sorted(glob.glob(pattern, recursive=True), reverse=True):
+            try:
+                return ctypes.CDLL(path)
+            except OSError:
+                pass
+    raise OSError(f"none of {names} could be loaded")
+
+
+def _search_roots():
+    torch_lib = str(Path(torch.__file__).parent / "lib")
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    rocm = os.environ.get("ROCM_PATH", "/opt/rocm")
+    return torch_lib, site, cuda_home, rocm
+
+
+class _Api:
+    """The handful of calls both vendors need, bound to one vendor's libraries."""
+
+    def __init__(self, vendor):
+        torch_lib, site, cuda_home, rocm = _search_roots()
+        self.vendor = vendor
+        if vendor == "nvidia":
+            self.rtc = _find_library(
+                ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"],
+                [f"{s}/nvidia/**/libnvrtc.so*" for s in site] + [f"{cuda_home}/lib64/libnvrtc.so*"])
+            self.drv = _find_library(["libcuda.so.1", "libcuda.so"], [])
+            p = "nvrtc"
+            self.rtc_create, self.rtc_compile = self.rtc.nvrtcCreateProgram, self.rtc.nvrtcCompileProgram
+            self.rtc_log_size, self.rtc_log = self.rtc.nvrtcGetProgramLogSize, self.rtc.nvrtcGetProgramLog
+            self.rtc_code_size, self.rtc_code = self.rtc.nvrtcGetCUBINSize, self.rtc.nvrtcGetCUBIN
+            self.rtc_destroy = self.rtc.nvrtcDestroyProgram
+            self.module_load, self.module_function = self.drv.cuModuleLoadData, self.drv.cuModuleGetFunction
+            self.launch = self.drv.cuLaunchKernel
+            self.drv.cuInit(0)
+        else:
+            self.rtc = _find_library(
+                ["libhiprtc.so", "libhiprtc.so.7", "libhiprtc.so.6"],
+                [f"{torch_lib}/libhiprtc.so*", f"{rocm}/lib/libhiprtc.so*"])
+            self.drv = _find_library(
+                ["libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6"],
+                [f"{torch_lib}/libamdhip64.so*", f"{rocm}/lib/libamdhip64.so*"])
+            p = "hiprtc"
+            self.rtc_create, self.rtc_compile = self.rtc.hiprtcCreateProgram, self.rtc.hiprtcCompileProgram
+            self.rtc_log_size, self.rtc_log = self.rtc.hiprtcGetProgramLogSize, self.rtc.hiprtcGetProgramLog
+            self.rtc_code_size, self.rtc_code = self.rtc.hiprtcGetCodeSize, self.rtc.hiprtcGetCode
+            self.rtc_destroy = self.rtc.hiprtcDestroyProgram
+            self.module_load, self.module_function = self.drv.hipModuleLoadData, self.drv.hipModuleGetFunction
+            self.launch = self.drv.hipModuleLaunchKernel
+        self.launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        getattr(self.rtc, p + "Version")(ctypes.byref(major), ctypes.byref(minor))
+        self.rtc_version = f"{p}-{major.value}.{minor.value}"
+
+    def check(self, code, what):
+        if code != 0:
+            raise RuntimeError(f"{what} failed with {self.vendor} error {code}")
+
+
+_apis = {}
+_api_lock = threading.Lock()
+
+
+def api_for(device: torch.device) -> _Api:
+    vendor = "amd" if torch.version.hip else "nvidia"
+    with _api_lock:
+        if vendor not in _apis:
+            _apis[vendor] = _Api(vendor)
+    return _apis[vendor]
+
+
+def is_available(device: torch.device) -> bool:
+    """True when run-time compilation and launch can work for this device."""
+    if device.type != "cuda":
+        return False
+    try:
+        api_for(device)
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
+def kernel_arch(device: torch.device) -> str:
+    props = torch.cuda.get_device_properties(device)
+    if torch.version.hip:
+        return props.gcnArchName.split(":")[0]
+    return f"sm_{props.major}{props.minor}"
+
+
+def _headers_of(source: str, headers: dict) -> dict:
+    """Every quoted #include reachable from source, as {name: text} (read from the package)."""
+    for name in _INCLUDE.findall(source):
+        if name not in headers:
+            headers[name] = read_source(name)
+            _headers_of(headers[name], headers)
+    return headers
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "mxfp4_mm")
+
+
+def _compile(api: _Api, source: str, headers: dict, options: tuple) -> bytes:
+    prog = ctypes.c_void_p()
+    names = [n.encode() for n in headers]
+    texts = [headers[n].encode() for n in headers]
+    arr = ctypes.c_char_p * max(len(headers), 1)
+    api.check(api.rtc_create(ctypes.byref(prog), source.encode(), b"kernel.cu", len(headers),
+                             arr(*texts), arr(*names)), "program create")
+    opts = (ctypes.c_char_p * max(len(options), 1))(*[o.encode() for o in options])
+    status = api.rtc_compile(prog, len(options), opts)
+    log_size = ctypes.c_size_t()
+    api.rtc_log_size(prog, ctypes.byref(log_size))
+    log = ctypes.create_string_buffer(log_size.value + 1)
+    api.rtc_log(prog, log)
+    if status != 0:
+        api.rtc_destroy(ctypes.byref(prog))
+        raise CompileError(f"kernel compile failed ({api.rtc_version}, {' '.join(options)}):\n"
+                           f"{log.value.decode(errors='replace')}")
+    size = ctypes.c_size_t()
+    api.check(api.rtc_code_size(prog, ctypes.byref(size)), "code size")
+    code = ctypes.create_string_buffer(size.value)
+    api.check(api.rtc_code(prog, code), "get code")
+    api.rtc_destroy(ctypes.byref(prog))
+    return code.raw
+
+
+def _code_object(api, source, headers, options, arch) -> bytes:
+    """Compiled code for (source, headers, options, arch, compiler); from the disk cache if there."""
+    digest = hashlib.sha256()
+    for part in (source, repr(sorted(headers.items())), repr(options), arch, api.rtc_version):
+        digest.update(part.encode())
+    path = _cache_dir() / f"{digest.hexdigest()[:32]}.{arch}.bin"
+    if path.exists():
+        return path.read_bytes()
+    code = _compile(api, source, headers, options)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(code)
+        os.replace(tmp, path)  # atomic: concurrent processes never see a partial file
+    except OSError:
+        pass  # a read-only home only costs a recompile next time
+    return code
+
+
+def default_options(device: torch.device) -> tuple:
+    arch = kernel_arch(device)
+    if torch.version.hip:
+        return (f"--offload-arch={arch}", "-O3", "-std=c++17")
+    return (f"--gpu-architecture={arch}", "-std=c++17", "-default-device")
+
+
+def _make_primary_context_current(api, device):
+    """torch's primary context is normally current already; make sure before a driver call."""
+    ctx = ctypes.c_void_p()
+    api.check(api.drv.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+    if not ctx.value:
+        dev = ctypes.c_int()
+        api.check(api.drv.cuDeviceGet(ctypes.byref(dev), device.index), "cuDeviceGet")
+        api.check(api.drv.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+        api.check(api.drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
+def normalize_device(device) -> torch.device:
+    """torch.device with an explicit index (cuda -> cuda:current)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+class Module:
+    def __init__(self, api, device, code):
+        self.api, self.device = api, device
+        self.handle = ctypes.c_void_p()
+        self._code = ctypes.create_string_buffer(code, len(code))  # must outlive the load call
+        with torch.cuda.device(device):
+            torch.cuda.init()
+            if api.vendor == "nvidia":
+                _make_primary_context_current(api, device)
+            api.check(api.module_load(ctypes.byref(self.handle), self._code), "module load")
+
+    def function(self, name: str) -> "Function":
+        handle = ctypes.c_void_p()
+        self.api.check(self.api.module_function(ctypes.byref(handle), self.handle, name.encode()),
+                       f"get function {name}")
+        return Function(self, name, handle)
+
+
+_ARG_TYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int32, "I": ctypes.c_uint32,
+              "q": ctypes.c_int64, "f": ctypes.c_float}
+
+
+class Function:
+    def __init__(self, module, name, handle):
+        self.module, self.name, self.handle = module, name, handle
+
+    def launcher(self, arg_types: str):
+        """A callable launch(grid, block, shared_bytes, *args) with kernargs laid out once."""
+        values = [_ARG_TYPES[t]() for t in arg_types]
+        params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+        api, handle, device = self.module.api, self.handle, self.module.device
+        launch = api.launch
+
+        def launch_kernel(grid, block, shared_bytes, *args):
+            if len(args) != len(values):
+                raise TypeError(f"{self.name}: expected {len(values)} kernel arguments, got {len(args)}")
+            for slot, arg in zip(values, args):
+                slot.value = arg.data_ptr() if isinstance(arg, torch.Tensor) else arg
+            queue = getattr(_current_queue(device), _QUEUE_HANDLE_ATTR)
+            api.check(launch(handle, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                             shared_bytes, queue, params, None), f"launch {self.name}")
+
+        return launch_kernel
+
+
+_modules = {}
+
+
+def load_module(source: str, device: torch.device, options: tuple = ()) -> Module:
+    """Compile (or fetch from the disk cache) and load `source` for `device`; cached per process."""
+    device = normalize_device(device)
+    key = (source, tuple(options), device)
+    module = _modules.get(key)
+    if module is None:
+        api = api_for(device)
+        headers = _headers_of(source, {})
+        all_options = default_options(device) + tuple(options)
+        code = _code_object(api, source, headers, all_options, kernel_arch(device))
+        module = _modules[key] = Module(api, device, code)
+    return module
+
+
+def current_queue_handle(device: torch.device) -> int:
+    """Raw handle of torch's current queue on `device` (keys per-queue scratch buffers)."""
+    return getattr(_current_queue(device), _QUEUE_HANDLE_ATTR)

@@ -1,0 +1,52 @@
+"""ctypes runtime: compile, disk cache, launch on the current queue. GPU-only but the header walk."""
+
+import pytest
+import torch
+
+from mxfp4_mm import runtime
+
+KERNEL = r'''
+#include "add_one_helper.h"
+extern "C" __global__ void add_one(float* out, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = plus_one(x[i]);
+}
+'''
+HELPER = "__device__ inline float plus_one(float v) { return v + 1.0f; }\n"
+
+
+def test_headers_are_collected_transitively(monkeypatch):
+    files = {"a.h": '#include "b.h"\nint a;', "b.h": "int b;"}
+    monkeypatch.setattr(runtime, "read_source", files.__getitem__)
+    assert runtime._headers_of('#include "a.h"\n', {}) == files
+
+
+@pytest.mark.gpu
+def test_compile_launch_and_disk_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv(runtime.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(runtime, "read_source", {"add_one_helper.h": HELPER}.__getitem__)
+    device = torch.device("cuda")
+    x = torch.randn(1000, device=device)
+    out = torch.empty_like(x)
+    launch = runtime.load_module(KERNEL, device).function("add_one").launcher("ppi")
+    launch((4, 1, 1), (256, 1, 1), 0, out, x, x.numel())
+    torch.testing.assert_close(out, x + 1)
+    assert len(list(tmp_path.iterdir())) == 1
+
+    # A fresh process would load the cached code object without compiling.
+    monkeypatch.setattr(runtime, "_modules", {})
+    monkeypatch.setattr(runtime, "_compile", lambda *a: pytest.fail("recompiled despite the disk cache"))
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        launch = runtime.load_module(KERNEL, device).function("add_one").launcher("ppi")
+        out2 = torch.empty_like(x)
+        launch((4, 1, 1), (256, 1, 1), 0, out2, out, x.numel())
+    side.synchronize()
+    torch.testing.assert_close(out2, x + 2)
+
+
+@pytest.mark.gpu
+def test_compile_error_names_the_problem(monkeypatch, tmp_path):
+    monkeypatch.setenv(runtime.CACHE_ENV, str(tmp_path))
+    with pytest.raises(runtime.CompileError, match="kernel compile failed"):
+        runtime.load_module("extern \"C\" __global__ void broken( { }", torch.device("cuda"))
