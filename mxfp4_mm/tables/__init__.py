@@ -1,0 +1,1 @@
+"""Data modules: per-shape kernel plans written by the tuner scripts in tools/."""
