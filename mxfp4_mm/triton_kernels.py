@@ -103,30 +103,29 @@ def _load_b_operand(bq_ptr, bs_ptr, cols_n, k0, N, K, scale_cols_padded, BLOCK_K
 
 
 @triton.jit
-def _reduce_split_k(acc, partial_ptr, counter_ptr, tile, c_ptrs, c_mask,
-                    SPLIT_K: tl.constexpr, NUM_TILES: tl.constexpr,
+def _reduce_split_k(acc, partial_ptr, counter_ptr, tile, c_ptrs, c_mask, split_k, num_tiles,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Publish this split's partial; the last program to arrive for the tile sums all of them into C."""
     tile_elems: tl.constexpr = BLOCK_M * BLOCK_N
     inner = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    tl.store(partial_ptr + (tl.program_id(1) * NUM_TILES + tile) * tile_elems + inner, acc)
+    tl.store(partial_ptr + (tl.program_id(1) * num_tiles + tile) * tile_elems + inner, acc)
     tl.debug_barrier()  # every thread's partial is written before the (single-thread) release below
     arrived = tl.atomic_add(counter_ptr + tile, 1, sem="acq_rel", scope="gpu")
-    if arrived == SPLIT_K - 1:
+    if arrived == split_k - 1:
         total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for split in range(SPLIT_K):  # fixed order: the same bits whichever split came last
-            total += tl.load(partial_ptr + (split * NUM_TILES + tile) * tile_elems + inner, cache_modifier=".cg")
+        for split in range(split_k):  # fixed order: the same bits whichever split came last
+            total += tl.load(partial_ptr + (split * num_tiles + tile) * tile_elems + inner, cache_modifier=".cg")
         tl.store(c_ptrs, total.to(tl.bfloat16), mask=c_mask)
         tl.atomic_xchg(counter_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next call
 
 
-@triton.jit
+# Sizes are runtime values (not specialized) so that one compiled kernel serves every M and split.
+@triton.jit(do_not_specialize=["M", "scale_cols_padded", "split_k", "steps_per_split", "num_tiles"])
 def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, bq_ptr, bs_ptr, c_ptr, partial_ptr, counter_ptr,
-                      M, N, K, scale_cols_padded,
+                      M, N, K, scale_cols_padded, split_k, steps_per_split, num_tiles,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      SPLIT_K: tl.constexpr, STEPS_PER_SPLIT: tl.constexpr, NUM_TILES: tl.constexpr,
-                      A_PREQUANTIZED: tl.constexpr):
-    """C [M, N] bf16 = A @ B^T over MXFP4 operands; grid (NUM_TILES, SPLIT_K).
+                      USE_SPLIT_K: tl.constexpr, A_PREQUANTIZED: tl.constexpr):
+    """C [M, N] bf16 = A @ B^T over MXFP4 operands; grid (num_tiles, split_k).
 
     A: bf16 [M, K] (or, with A_PREQUANTIZED, codes [M, K/2] + unshuffled scales at a_scale_ptr);
     B_q uint8 [N, K/2]; B scales shuffled, scale_cols_padded columns.
@@ -135,8 +134,8 @@ def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, bq_ptr, bs_ptr, c_ptr, partial_ptr, co
     tile = tl.program_id(0)
     rows = (tile // n_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols_n = (tile % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
-    k_begin = tl.program_id(1) * STEPS_PER_SPLIT * BLOCK_K
-    steps = tl.minimum(STEPS_PER_SPLIT, tl.cdiv(K - k_begin, BLOCK_K))
+    k_begin = tl.program_id(1) * steps_per_split * BLOCK_K
+    steps = tl.minimum(steps_per_split, tl.cdiv(K - k_begin, BLOCK_K))
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for step in range(steps):
         k0 = k_begin + step * BLOCK_K
@@ -145,7 +144,7 @@ def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, bq_ptr, bs_ptr, c_ptr, partial_ptr, co
         acc = tl.dot_scaled(a_codes, a_scales, "e2m1", b_codes.T, b_scales, "e2m1", acc)
     c_ptrs = c_ptr + rows[:, None].to(tl.int64) * N + cols_n[None, :]
     c_mask = (rows[:, None] < M) & (cols_n[None, :] < N)
-    if SPLIT_K == 1:
-        tl.store(c_ptrs, acc.to(tl.bfloat16), mask=c_mask)
+    if USE_SPLIT_K:
+        _reduce_split_k(acc, partial_ptr, counter_ptr, tile, c_ptrs, c_mask, split_k, num_tiles, BLOCK_M, BLOCK_N)
     else:
-        _reduce_split_k(acc, partial_ptr, counter_ptr, tile, c_ptrs, c_mask, SPLIT_K, NUM_TILES, BLOCK_M, BLOCK_N)
+        tl.store(c_ptrs, acc.to(tl.bfloat16), mask=c_mask)

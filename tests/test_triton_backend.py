@@ -30,15 +30,15 @@ REPO = Path(__file__).resolve().parent.parent
 GEMM_SIGNATURE = {
     "a_ptr": "*bf16", "a_scale_ptr": "*u8", "bq_ptr": "*u8", "bs_ptr": "*u8", "c_ptr": "*bf16",
     "partial_ptr": "*fp32", "counter_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
-    "scale_cols_padded": "i32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
-    "SPLIT_K": "constexpr", "STEPS_PER_SPLIT": "constexpr", "NUM_TILES": "constexpr",
-    "A_PREQUANTIZED": "constexpr",
+    "scale_cols_padded": "i32", "split_k": "i32", "steps_per_split": "i32", "num_tiles": "i32",
+    "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
+    "USE_SPLIT_K": "constexpr", "A_PREQUANTIZED": "constexpr",
 }
 
 
 def _compile_gemm(target, block_m=16, block_n=64, block_k=256, split_k=4):
-    constants = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
-                     STEPS_PER_SPLIT=7, NUM_TILES=33, A_PREQUANTIZED=False)
+    constants = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, USE_SPLIT_K=split_k > 1,
+                     A_PREQUANTIZED=False)
     return triton.compile(ASTSource(triton_kernels.mxfp4_gemm_kernel, GEMM_SIGNATURE, constants), target=target)
 
 

@@ -51,7 +51,7 @@ def general_plan(m: int, n: int, k: int, compute_units: int) -> Plan:
     block_n = 64
     block_k = 256 if k >= 256 else 128
     tiles = -(-m // block_m) * -(-n // block_n)
-    split_k = max(1, round(compute_units / tiles))
+    split_k = split_k_steps(-(-k // block_k), round(compute_units / tiles))[0]
     return Plan(block_m, block_n, block_k, split_k, 4, 2)
 
 
@@ -73,13 +73,13 @@ def make_launcher(m, n, k, device, plan: Plan, a_prequantized=False):
     partial = torch.empty(split_k * tiles * plan.block_m * plan.block_n if split_k > 1 else 1,
                           dtype=torch.float32, device=device)
     counters = torch.zeros(tiles, dtype=torch.int32, device=device)  # the kernel leaves them at 0
-    constants = dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT_K=split_k,
-                     STEPS_PER_SPLIT=steps, NUM_TILES=tiles, A_PREQUANTIZED=a_prequantized,
-                     num_warps=plan.num_warps, num_stages=plan.num_stages)
+    constants = dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, USE_SPLIT_K=split_k > 1,
+                     A_PREQUANTIZED=a_prequantized, num_warps=plan.num_warps, num_stages=plan.num_stages)
     kernel = triton_kernels.mxfp4_gemm_kernel[grid]
 
     def launch(a, a_scales, b_q, b_scale_sh, out):
-        kernel(a, a_scales, b_q, b_scale_sh, out, partial, counters, m, n, k, b_scale_sh.shape[1], **constants)
+        kernel(a, a_scales, b_q, b_scale_sh, out, partial, counters, m, n, k, b_scale_sh.shape[1],
+               split_k, steps, tiles, **constants)
 
     return launch
 

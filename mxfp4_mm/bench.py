@@ -1,0 +1,394 @@
+"""Times every available backend and the baselines with the leaderboard harness's method.
+
+    python -m mxfp4_mm.bench                    # the 6 benchmark shapes
+    python -m mxfp4_mm.bench --shapes test      # the 4 test shapes ("all": both; or "4,2880,512;16,2112,7168")
+    python -m mxfp4_mm.bench --plot-only bench/results/nvidia-h200.json
+
+Method (GPU), per repetition: synchronize, flush the L2 by writing a 512 MB buffer, record a
+start event, make one call, record an end event, synchronize. Every repetition takes the next
+input set from a pool generated up front, and the paths are interleaved repetition by repetition,
+so drift hits them alike. On the CPU the same loop runs with host timers and no flush.
+
+Paths: each backend (`dispatch.load_backend(name).make_runner`; the `torch` backend is the
+"torch dequant + matmul" baseline), plus
+  bf16_matmul  torch.mm on operands dequantized beforehand (cuBLAS on NVIDIA),
+  triton_prequant  the Triton dot_scaled kernel with A quantized beforehand (GPU only),
+  floor        torch.empty + one trivial Triton kernel (torch.empty alone on the CPU).
+Writes bench/results/<device-slug>.json and, when matplotlib is importable, a PNG beside it.
+"""
+
+import argparse
+import datetime
+import json
+import math
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from . import dispatch, spec
+
+BENCHMARK_SHAPES = [(4, 2880, 512), (16, 2112, 7168), (32, 4096, 512), (32, 2880, 512),
+                    (64, 7168, 2048), (256, 3072, 1536)]
+BENCHMARK_SEEDS = [4565, 15, 457, 54, 687, 7856]
+TEST_SHAPES = [(8, 2112, 7168), (16, 3072, 1536), (64, 3072, 1536), (256, 2880, 512)]
+FLUSH_BYTES = 512 * 1024 * 1024
+FLOOR = "floor"
+BASELINE_NOTES = {
+    "torch": "torch backend: spec quant of A + dequant + fp32 matmul",
+    "bf16_matmul": "torch.mm on operands dequantized beforehand (cuBLAS on NVIDIA)",
+    "triton_prequant": "Triton dot_scaled kernel on A quantized beforehand",
+    FLOOR: "torch.empty + one trivial Triton kernel (CPU: torch.empty)",
+}
+
+
+# ---- inputs ---------------------------------------------------------------------------------
+
+def generate_input(m, n, k, seed, device):
+    """(A, B, B_q, B_shuffle, B_scale_sh) the way the harness makes them without aiter."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    a = torch.randn((m, k), dtype=torch.bfloat16, device=device, generator=gen)
+    b = torch.randn((n, k), dtype=torch.bfloat16, device=device, generator=gen)
+    b_q, b_scale = spec.quantize_mxfp4(b)
+    return a, b, b_q, spec.shuffle_weight(b_q), spec.e8m0_shuffle(b_scale)
+
+
+def reference(data):
+    a, _, b_q, _, b_scale_sh = data
+    return spec.reference_gemm(a, b_q, spec.e8m0_unshuffle(b_scale_sh, b_q.shape[0], a.shape[1] // 32))
+
+
+def harness_close(out, ref):
+    """The harness's check: |out - ref| <= 1e-2 + 1e-2*|ref|, NaN/inf matching."""
+    out, ref = out.float(), ref.float()
+    close = (out - ref).abs() <= 1e-2 + 1e-2 * ref.abs()
+    same_special = (out.isnan() & ref.isnan()) | (out.isinf() & (out == ref))
+    return bool((close | same_special).all())
+
+
+# ---- timing ---------------------------------------------------------------------------------
+
+class Timer:
+    """One call between two events with the L2 flushed before (GPU), or between host clocks (CPU)."""
+
+    def __init__(self, device):
+        self.device = device
+        self.on_gpu = device.type == "cuda"
+        if self.on_gpu:
+            self.flush_buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+            self.start = torch.cuda.Event(enable_timing=True)
+            self.end = torch.cuda.Event(enable_timing=True)
+
+    def time_us(self, call):
+        """(output, µs) of one call."""
+        if not self.on_gpu:
+            begin = time.perf_counter()
+            out = call()
+            return out, (time.perf_counter() - begin) * 1e6
+        torch.cuda.synchronize(self.device)
+        self.flush_buffer.fill_(1)
+        self.start.record()
+        out = call()
+        self.end.record()
+        torch.cuda.synchronize(self.device)
+        return out, self.start.elapsed_time(self.end) * 1e3
+
+
+def stats(samples):
+    """The harness's statistics: mean, sample std, err = std/sqrt(runs), plus the median."""
+    runs = len(samples)
+    mean = sum(samples) / runs
+    std = math.sqrt(sum((s - mean) ** 2 for s in samples) / (runs - 1)) if runs > 1 else 0.0
+    ordered = sorted(samples)
+    middle = runs // 2
+    median = ordered[middle] if runs % 2 else 0.5 * (ordered[middle - 1] + ordered[middle])
+    return {"runs": runs, "mean_us": mean, "median_us": median, "std_us": std,
+            "err_us": std / math.sqrt(runs), "best_us": ordered[0], "worst_us": ordered[-1]}
+
+
+def geomean(values):
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+# ---- the paths ------------------------------------------------------------------------------
+
+def _trivial_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def touch(out_ptr):
+        tl.store(out_ptr, 0.0)
+
+    return touch
+
+
+class Case:
+    """A pool of input sets for one shape, with what each baseline needs derived up front."""
+
+    def __init__(self, m, n, k, seed, pool, device):
+        self.shape = (m, n, k)
+        self.device = device
+        self.inputs = [generate_input(m, n, k, seed + 13 * i, device) for i in range(pool)]
+        self.references = [reference(d) for d in self.inputs]
+        self._extras = {}
+
+    def extra(self, name, make):
+        if name not in self._extras:
+            self._extras[name] = [make(d) for d in self.inputs]
+        return self._extras[name]
+
+
+_reported_missing = set()
+
+
+def backend_paths(case):
+    """{name: call(i)} for every backend that builds a runner here."""
+    m, n, k = case.shape
+    paths = {}
+    for name in dispatch.BACKEND_MODULES:
+        try:
+            module = dispatch.load_backend(name)
+            if not module.is_available(case.device):
+                continue
+            runner = module.make_runner(m, n, k, case.device)
+        except Exception as exc:  # a backend missing here is reported once, not fatal
+            if name not in _reported_missing:
+                _reported_missing.add(name)
+                print(f"  {name}: unavailable ({type(exc).__name__}: {exc})", file=sys.stderr)
+            continue
+        paths[name] = (lambda runner: lambda i: runner(*_runner_args(case.inputs[i])))(runner)
+    return paths
+
+
+def _runner_args(data):
+    a, _, b_q, b_shuffle, b_scale_sh = data
+    return a, b_q, b_shuffle, b_scale_sh
+
+
+def _dequantized(data):
+    a, _, b_q, _, b_scale_sh = data
+    a_codes, a_scales = spec.quantize_mxfp4(a)
+    b_scales = spec.e8m0_unshuffle(b_scale_sh, b_q.shape[0], a.shape[1] // 32)
+    return (spec.dequantize_mxfp4(a_codes, a_scales).to(torch.bfloat16),
+            spec.dequantize_mxfp4(b_q, b_scales).to(torch.bfloat16).t())
+
+
+def baseline_paths(case):
+    m, n, k = case.shape
+    device = case.device
+    operands = case.extra("dequantized", _dequantized)
+    paths = {"bf16_matmul": lambda i: torch.mm(*operands[i])}
+    if device.type != "cuda":
+        paths[FLOOR] = lambda i: torch.empty((m, n), dtype=torch.bfloat16, device=device)
+        return paths
+    from .backends import triton_backend
+    if triton_backend.is_available(device):
+        launch = triton_backend.make_launcher(m, n, k, device, triton_backend.plan_for(m, n, k, device),
+                                              a_prequantized=True)
+        quantized = case.extra("a_quantized", lambda d: spec.quantize_mxfp4(d[0]))
+
+        def prequantized(i):
+            out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
+            b_q, b_scale_sh = case.inputs[i][2], case.inputs[i][4]
+            launch(*quantized[i], b_q, b_scale_sh, out)
+            return out
+
+        paths["triton_prequant"] = prequantized
+    touch = _trivial_kernel()
+
+    def floor(i):
+        out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
+        touch[(1,)](out)
+        return out
+
+    paths[FLOOR] = floor
+    return paths
+
+
+# ---- the run --------------------------------------------------------------------------------
+
+def shape_key(shape):
+    return "x".join(map(str, shape))
+
+
+def bench_shape(case, timer, reps, warmup):
+    """{path: stats + correct} for one shape, paths interleaved per repetition."""
+    paths = {**backend_paths(case), **baseline_paths(case)}
+    correct = {}
+    for name, call in paths.items():
+        for i in range(warmup):
+            out = call(i % len(case.inputs))
+        out = call(0)
+        correct[name] = None if name == FLOOR else harness_close(out.float().cpu(), case.references[0].float().cpu())
+    samples = {name: [] for name in paths}
+    for rep in range(reps):
+        i = rep % len(case.inputs)
+        for name, call in paths.items():
+            samples[name].append(timer.time_us(lambda: call(i))[1])
+    return {name: {**stats(samples[name]), "correct": correct[name]} for name in paths}
+
+
+def parse_shapes(text):
+    if text == "bench":
+        return BENCHMARK_SHAPES
+    if text == "test":
+        return TEST_SHAPES
+    if text == "all":
+        return TEST_SHAPES + BENCHMARK_SHAPES
+    return [tuple(int(v) for v in part.split(",")) for part in text.split(";") if part.strip()]
+
+
+def device_description(device):
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+    return f"cpu {platform.machine()} {platform.processor() or ''}".strip()
+
+
+def device_slug(description):
+    return re.sub(r"[^a-z0-9]+", "-", description.lower()).strip("-")
+
+
+def run(shapes, reps, warmup, pool, device, progress=sys.stderr):
+    timer = Timer(device)
+    results = {}
+    for index, shape in enumerate(shapes):
+        seed = BENCHMARK_SEEDS[BENCHMARK_SHAPES.index(shape)] if shape in BENCHMARK_SHAPES else 1000 + index
+        print(f"[{index + 1}/{len(shapes)}] {shape_key(shape)}: inputs ...", file=progress, flush=True)
+        case = Case(*shape, seed, pool, device)
+        started = time.perf_counter()
+        results[shape_key(shape)] = bench_shape(case, timer, reps, warmup)
+        print(f"[{index + 1}/{len(shapes)}] {shape_key(shape)}: {len(results[shape_key(shape)])} paths timed "
+              f"in {time.perf_counter() - started:.1f} s", file=progress, flush=True)
+    return results
+
+
+def summarize(results):
+    paths = []
+    for per_path in results.values():
+        paths += [p for p in per_path if p not in paths]
+    geomeans = {}
+    for path in paths:
+        rows = [per_path.get(path) for per_path in results.values()]
+        if all(rows):
+            geomeans[path] = {"median_us": geomean([r["median_us"] for r in rows]),
+                              "mean_us": geomean([r["mean_us"] for r in rows])}
+    return paths, geomeans
+
+
+def table(results, paths, geomeans):
+    """Median µs per shape and path, with the ratio to the floor; geomeans last."""
+    width = max(16, *(len(p) + 2 for p in paths))
+    lines = ["shape".ljust(16) + "".join(p.rjust(width) for p in paths)]
+    for key, per_path in results.items():
+        floor = per_path.get(FLOOR, {}).get("median_us")
+        cells = []
+        for path in paths:
+            row = per_path.get(path)
+            if row is None:
+                cells.append("-".rjust(width))
+                continue
+            ratio = f" {row['median_us'] / floor:4.1f}x" if floor else ""
+            flag = "!" if row["correct"] is False else ""
+            cells.append(f"{flag}{row['median_us']:.2f}{ratio}".rjust(width))
+        lines.append(key.ljust(16) + "".join(cells))
+    floor = geomeans.get(FLOOR, {}).get("median_us")
+    cells = []
+    for path in paths:
+        g = geomeans.get(path)
+        ratio = f" {g['median_us'] / floor:4.1f}x" if g and floor else ""
+        cells.append((f"{g['median_us']:.2f}{ratio}" if g else "-").rjust(width))
+    lines.append("geomean".ljust(16) + "".join(cells))
+    lines.append("median µs (ratio to the floor); ! = wrong result")
+    return "\n".join(lines)
+
+
+def plot(report, png_path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"matplotlib not importable: no plot (python -m mxfp4_mm.bench --plot-only JSON later)")
+        return None
+    shapes = list(report["results"])
+    paths = report["paths"]
+    fig, ax = plt.subplots(figsize=(1.6 * len(shapes) + 3, 4.5))
+    width = 0.8 / len(paths)
+    for j, path in enumerate(paths):
+        values = [report["results"][s].get(path, {}).get("median_us", float("nan")) for s in shapes]
+        ax.bar([i + j * width for i in range(len(shapes))], values, width, label=path)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))], shapes, rotation=20)
+    ax.set_yscale("log")
+    ax.set_ylabel("median µs (L2 flushed, one call)")
+    ax.set_title(f"mxfp4 GEMM on {report['device']} ({report['date'][:10]})")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=120)
+    plt.close(fig)
+    return png_path
+
+
+def versions():
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return torch.__version__, triton_version
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default="bench", help="bench | test | all | 'm,n,k;m,n,k'")
+    parser.add_argument("--reps", type=int, help="timed repetitions per path (default 100 GPU, 5 CPU)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--pool", type=int, help="input sets per shape (default 8 GPU, 2 CPU)")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--plot-only", type=Path, help="re-draw the PNG of a result JSON")
+    args = parser.parse_args(argv)
+    if args.plot_only:
+        plot(json.loads(args.plot_only.read_text()), args.plot_only.with_suffix(".png"))
+        return 0
+    device = torch.device(args.device)
+    on_gpu = device.type == "cuda"
+    reps = args.reps or (100 if on_gpu else 5)
+    pool = args.pool or (8 if on_gpu else 2)
+    shapes = parse_shapes(args.shapes)
+    results = run(shapes, reps, args.warmup, pool, device)
+    paths, geomeans = summarize(results)
+    description = device_description(device)
+    torch_version, triton_version = versions()
+    report = {
+        "device": description,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch_version,
+        "triton": triton_version,
+        "method": ("L2 flush (512 MB write), events around one call, fresh input set per repetition"
+                   if on_gpu else "host timer around one call, fresh input set per repetition"),
+        "reps": reps,
+        "pool": pool,
+        "paths": paths,
+        "path_notes": {p: BASELINE_NOTES.get(p, "backend") for p in paths},
+        "results": results,
+        "geomean_us": geomeans,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    json_path = args.out / f"{device_slug(description)}.json"
+    json_path.write_text(json.dumps(report, indent=1))
+    print(table(results, paths, geomeans))
+    print(f"wrote {json_path}")
+    png = plot(report, json_path.with_suffix(".png"))
+    if png:
+        print(f"wrote {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
