@@ -1,0 +1,51 @@
+// The gfx950 side of the arch layer: the only place the kernels touch the hardware.
+// arch_nvidia.h implements the same names on NVIDIA (wave64 emulated exactly).
+#pragma once
+
+typedef u32 u32x4 __attribute__((ext_vector_type(4)));  // 16 bytes: 32 fp4 codes of one lane
+typedef float f32x4 __attribute__((ext_vector_type(4)));
+typedef float f32x16 __attribute__((ext_vector_type(16)));
+typedef int i32x8_ __attribute__((ext_vector_type(8)));
+
+__device__ __forceinline__ int arch_thread_id() { return __builtin_amdgcn_workitem_id_x(); }
+__device__ __forceinline__ int arch_lane_id() { return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u)); }
+__device__ __forceinline__ int arch_wave_id() { return __builtin_amdgcn_readfirstlane(arch_thread_id() / 64); }
+__device__ __forceinline__ int arch_block_id_x() { return __builtin_amdgcn_workgroup_id_x(); }
+__device__ __forceinline__ int arch_block_id_y() { return __builtin_amdgcn_workgroup_id_y(); }
+__device__ __forceinline__ int arch_block_id_z() { return __builtin_amdgcn_workgroup_id_z(); }
+
+__device__ __forceinline__ float arch_as_float(u32 bits) { return __builtin_bit_cast(float, bits); }
+__device__ __forceinline__ u32 arch_as_u32(float value) { return __builtin_bit_cast(u32, value); }
+
+// __syncthreads(): LDS and global writes of the block visible to the whole block.
+__device__ __forceinline__ void arch_block_barrier() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+}
+
+// Device ("agent") scope: the 8 XCDs have separate L2s, so these write back / invalidate them.
+__device__ __forceinline__ void arch_fence_release_device() { __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent"); }
+__device__ __forceinline__ void arch_fence_acquire_device() { __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent"); }
+__device__ __forceinline__ u32 arch_atomic_add_device(u32* address, u32 value) {
+  return __hip_atomic_fetch_add(address, value, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+}
+
+// v_mfma_scale_f32_16x16x128_f8f6f4 with fp4 A and B (cbsz = blgp = 4). Lane l gives row (col) l%16,
+// K slice [32*(l/16), +32) as 32 codes; its e8m0 scale is byte SEL_A (SEL_B) of scale_a (scale_b).
+// Result lane l, c[i] = C[4*(l/16) + i][l%16].
+template <int SEL_A, int SEL_B>
+__device__ __forceinline__ f32x4 arch_mfma_scale_16x16x128_fp4(u32x4 a, u32x4 b, f32x4 c, u32 scale_a, u32 scale_b) {
+  i32x8_ a8 = {(int)a[0], (int)a[1], (int)a[2], (int)a[3], 0, 0, 0, 0};
+  i32x8_ b8 = {(int)b[0], (int)b[1], (int)b[2], (int)b[3], 0, 0, 0, 0};
+  return __builtin_amdgcn_mfma_scale_f32_16x16x128_f8f6f4(a8, b8, c, 4, 4, SEL_A, (int)scale_a, SEL_B, (int)scale_b);
+}
+
+// v_mfma_scale_f32_32x32x64_f8f6f4, fp4: lane l gives row (col) l%32, K slice [32*(l/32), +32).
+// Result lane l, c[j] = C[8*(j/4) + 4*(l/32) + j%4][l%32].
+template <int SEL_A, int SEL_B>
+__device__ __forceinline__ f32x16 arch_mfma_scale_32x32x64_fp4(u32x4 a, u32x4 b, f32x16 c, u32 scale_a, u32 scale_b) {
+  i32x8_ a8 = {(int)a[0], (int)a[1], (int)a[2], (int)a[3], 0, 0, 0, 0};
+  i32x8_ b8 = {(int)b[0], (int)b[1], (int)b[2], (int)b[3], 0, 0, 0, 0};
+  return __builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4(a8, b8, c, 4, 4, SEL_A, (int)scale_a, SEL_B, (int)scale_b);
+}

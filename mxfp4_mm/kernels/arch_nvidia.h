@@ -1,0 +1,111 @@
+// The NVIDIA side of the arch layer: the gfx950 names of arch_gfx950.h with wave64 semantics.
+// A wave is 64 consecutive threads (two warps); the scaled MFMA is computed through a per-wave
+// shared-memory scratch guarded by a named barrier of that wave's 64 threads.
+#pragma once
+
+#ifndef ARCH_MAX_WAVES
+#define ARCH_MAX_WAVES 8  // named barriers 1..8, one per wave (0 is __syncthreads)
+#endif
+
+struct alignas(16) u32x4 {
+  u32 v[4];
+  __device__ __forceinline__ u32& operator[](int i) { return v[i]; }
+  __device__ __forceinline__ u32 operator[](int i) const { return v[i]; }
+};
+
+template <int N>
+struct f32xN {
+  float v[N];
+  __device__ __forceinline__ float& operator[](int i) { return v[i]; }
+  __device__ __forceinline__ float operator[](int i) const { return v[i]; }
+};
+typedef f32xN<4> f32x4;
+typedef f32xN<16> f32x16;
+
+__device__ __forceinline__ int arch_thread_id() { return threadIdx.x; }
+__device__ __forceinline__ int arch_lane_id() { return threadIdx.x % 64; }
+__device__ __forceinline__ int arch_wave_id() { return threadIdx.x / 64; }
+__device__ __forceinline__ int arch_block_id_x() { return blockIdx.x; }
+__device__ __forceinline__ int arch_block_id_y() { return blockIdx.y; }
+__device__ __forceinline__ int arch_block_id_z() { return blockIdx.z; }
+
+__device__ __forceinline__ float arch_as_float(u32 bits) { return __uint_as_float(bits); }
+__device__ __forceinline__ u32 arch_as_u32(float value) { return __float_as_uint(value); }
+
+__device__ __forceinline__ void arch_block_barrier() { __syncthreads(); }
+__device__ __forceinline__ void arch_fence_release_device() { __threadfence(); }
+__device__ __forceinline__ void arch_fence_acquire_device() { __threadfence(); }
+__device__ __forceinline__ u32 arch_atomic_add_device(u32* address, u32 value) { return atomicAdd(address, value); }
+
+// ---- scaled MFMA emulation ------------------------------------------------------------------
+
+struct WaveScratch {
+  u32x4 a[64], b[64];
+  u8 scale_a[64], scale_b[64];
+};
+
+__device__ __forceinline__ WaveScratch& wave_scratch() {
+  __shared__ WaveScratch scratch[ARCH_MAX_WAVES];
+  return scratch[threadIdx.x / 64];
+}
+
+__device__ __forceinline__ void wave_barrier() {
+  asm volatile("bar.sync %0, 64;" ::"r"(1 + (int)(threadIdx.x / 64)) : "memory");
+}
+
+// Twice the e2m1 value of a 4-bit code (an integer: 0, 1, 2, 3, 4, 6, 8, 12, sign in bit 3).
+__device__ __forceinline__ int e2m1_times_two(u32 code) {
+  const int magnitude = (0xC8643210u >> (4 * (code & 7))) & 15;
+  return (code & 8) ? -magnitude : magnitude;
+}
+
+// 2^(byte - 127) from bits (exact down to 2^-127); byte 255 is NaN.
+__device__ __forceinline__ float e8m0_value(u32 byte) {
+  if (byte == 255) return __uint_as_float(0x7FC00000u);
+  return byte == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(byte << 23);
+}
+
+// One 32-element block: the integer dot of the codes is exact, then scaled by both e8m0 scales.
+__device__ __forceinline__ float scaled_block_dot(const WaveScratch& s, int lane_a, int lane_b) {
+  int dot = 0;
+  for (int w = 0; w < 4; ++w)
+    for (int j = 0; j < 8; ++j)
+      dot += e2m1_times_two((s.a[lane_a][w] >> (4 * j)) & 15) * e2m1_times_two((s.b[lane_b][w] >> (4 * j)) & 15);
+  return (float)dot * 0.25f * e8m0_value(s.scale_a[lane_a]) * e8m0_value(s.scale_b[lane_b]);
+}
+
+__device__ __forceinline__ void publish_operands(u32x4 a, u32x4 b, u32 scale_a, int sel_a, u32 scale_b, int sel_b) {
+  WaveScratch& s = wave_scratch();
+  const int lane = arch_lane_id();
+  wave_barrier();  // the previous MFMA of this wave has finished reading
+  s.a[lane] = a;
+  s.b[lane] = b;
+  s.scale_a[lane] = (scale_a >> (8 * sel_a)) & 255;
+  s.scale_b[lane] = (scale_b >> (8 * sel_b)) & 255;
+  wave_barrier();
+}
+
+// Block sums accumulate onto c in fp32 in K order, as the hardware's fp32 accumulation.
+template <int SEL_A, int SEL_B>
+__device__ __forceinline__ f32x4 arch_mfma_scale_16x16x128_fp4(u32x4 a, u32x4 b, f32x4 c, u32 scale_a, u32 scale_b) {
+  publish_operands(a, b, scale_a, SEL_A, scale_b, SEL_B);
+  const WaveScratch& s = wave_scratch();
+  const int lane = arch_lane_id();
+  for (int i = 0; i < 4; ++i) {
+    const int row = 4 * (lane / 16) + i, col = lane % 16;
+    for (int slice = 0; slice < 4; ++slice) c[i] += scaled_block_dot(s, row + 16 * slice, col + 16 * slice);
+  }
+  return c;
+}
+
+template <int SEL_A, int SEL_B>
+__device__ __forceinline__ f32x16 arch_mfma_scale_32x32x64_fp4(u32x4 a, u32x4 b, f32x16 c, u32 scale_a, u32 scale_b) {
+  publish_operands(a, b, scale_a, SEL_A, scale_b, SEL_B);
+  const WaveScratch& s = wave_scratch();
+  const int lane = arch_lane_id();
+  for (int j = 0; j < 16; ++j) {
+    const int row = 8 * (j / 4) + 4 * (lane / 32) + j % 4, col = lane % 32;
+    for (int slice = 0; slice < 2; ++slice) c[j] += scaled_block_dot(s, row + 32 * slice, col + 32 * slice);
+  }
+  return c;
+}
