@@ -2,8 +2,8 @@
 
     python3 tools/tune_triton.py [--shapes all] [--budget-s 90] [--log tune.json]
 
-Candidates around the general rule (block_n 32/64/128 x split-K halved/kept/doubled), each checked
-against the reference once, then timed with the harness method (L2 flush, events, one call,
+Candidates: the listed plan (else the general rule) and its neighbours (a local search step; run
+it again to step further), each checked against the reference on every pooled input, then timed with the harness method (L2 flush, events, one call,
 fresh input set per repetition; median). Shapes not reached within the budget keep the rule.
 """
 
@@ -25,20 +25,24 @@ from mxfp4_mm.tables import triton_plans  # noqa: E402
 TABLE = REPO / "mxfp4_mm" / "tables" / "triton_plans.py"
 
 
-def candidates(m, n, k, compute_units):
+def candidates(m, n, k, compute_units, arch):
+    """The listed plan (else the rule) first, then its neighbours: split-K x2 and /2 (and x4 when
+    nothing is listed yet), block_n, block_m and block_k halved/doubled, 8 warps, 3 stages."""
     rule = triton_backend.general_plan(m, n, k, compute_units)
-    k_steps = -(-k // rule.block_k)
-    plans = [rule]
-    for block_n in (32, 64, 128):
-        tiles = -(-m // rule.block_m) * -(-n // block_n)
-        wanted = max(1, round(compute_units / tiles))
-        for split in (max(1, wanted // 2), wanted, wanted * 2):
-            split = triton_backend.split_k_steps(k_steps, split)[0]
-            plans.append(rule._replace(block_n=block_n, split_k=split))
-    if k <= 1024:  # short K: finer K steps give split-K room
-        for split in (1, 2, 4):
-            plans.append(rule._replace(block_k=128, split_k=triton_backend.split_k_steps(-(-k // 128), split)[0]))
-    return list(dict.fromkeys(plans))
+    listed = triton_plans.PLANS.get(arch, {}).get((m, n, k))
+    start = triton_backend.Plan(*listed) if listed else rule
+    k_steps = lambda plan: -(-k // plan.block_k)  # noqa: E731
+    plans = [start, rule]
+    splits = (start.split_k * 2, start.split_k // 2) + (() if listed else (start.split_k * 4,))
+    plans += [start._replace(split_k=s) for s in splits if s >= 1]
+    plans += [start._replace(block_n=b) for b in (start.block_n // 2, start.block_n * 2) if 32 <= b <= 256]
+    plans += [start._replace(block_m=b) for b in (start.block_m // 2, start.block_m * 2) if 16 <= b < 2 * m]
+    for block_k in (start.block_k // 2, start.block_k * 2):
+        if 128 <= block_k <= 256:  # same K per split, in steps of the other size
+            plans.append(start._replace(block_k=block_k, split_k=start.split_k))
+    plans += [start._replace(num_warps=8), start._replace(num_stages=3)]
+    clamped = [p._replace(split_k=triton_backend.split_k_steps(k_steps(p), p.split_k)[0]) for p in plans]
+    return list(dict.fromkeys(clamped))
 
 
 def time_plan(case, plan, timer, reps):
@@ -87,7 +91,7 @@ def main():
     for shape in bench.parse_shapes(args.shapes):
         case = bench.Case(*shape, seed=7, pool=4, device=device)
         timings = {}
-        for plan in candidates(*shape, units):
+        for plan in candidates(*shape, units, arch):
             if time.perf_counter() - started > args.budget_s:
                 break
             timings[tuple(plan)] = time_plan(case, plan, timer, args.reps)
