@@ -2,6 +2,7 @@
 
     python -m mxfp4_mm.bench                    # the 6 benchmark shapes
     python -m mxfp4_mm.bench --shapes test      # the 4 test shapes ("all": both; or "4,2880,512;16,2112,7168")
+    python -m mxfp4_mm.bench --backends cuda,triton   # only these backends (baselines always run)
     python -m mxfp4_mm.bench --plot-only bench/results/nvidia-h200.json
 
 Method (GPU), per repetition: synchronize, flush the L2 by writing a 512 MB buffer, record a
@@ -146,11 +147,11 @@ class Case:
 _reported_missing = set()
 
 
-def backend_paths(case):
-    """{name: call(i)} for every backend that builds a runner here."""
+def backend_paths(case, names=None):
+    """{name: call(i)} for every backend (of `names`, default all) that builds a runner here."""
     m, n, k = case.shape
     paths = {}
-    for name in dispatch.BACKEND_MODULES:
+    for name in names or dispatch.BACKEND_MODULES:
         try:
             module = dispatch.load_backend(name)
             if not module.is_available(case.device):
@@ -216,9 +217,9 @@ def shape_key(shape):
     return "x".join(map(str, shape))
 
 
-def bench_shape(case, timer, reps, warmup):
+def bench_shape(case, timer, reps, warmup, backends=None):
     """{path: stats + correct} for one shape, paths interleaved per repetition."""
-    paths = {**backend_paths(case), **baseline_paths(case)}
+    paths = {**backend_paths(case, backends), **baseline_paths(case)}
     correct = {}
     for name, call in paths.items():
         for i in range(warmup):
@@ -254,7 +255,7 @@ def device_slug(description):
     return re.sub(r"[^a-z0-9]+", "-", description.lower()).strip("-")
 
 
-def run(shapes, reps, warmup, pool, device, progress=sys.stderr):
+def run(shapes, reps, warmup, pool, device, backends=None, progress=sys.stderr):
     timer = Timer(device)
     results = {}
     for index, shape in enumerate(shapes):
@@ -262,7 +263,7 @@ def run(shapes, reps, warmup, pool, device, progress=sys.stderr):
         print(f"[{index + 1}/{len(shapes)}] {shape_key(shape)}: inputs ...", file=progress, flush=True)
         case = Case(*shape, seed, pool, device)
         started = time.perf_counter()
-        results[shape_key(shape)] = bench_shape(case, timer, reps, warmup)
+        results[shape_key(shape)] = bench_shape(case, timer, reps, warmup, backends)
         print(f"[{index + 1}/{len(shapes)}] {shape_key(shape)}: {len(results[shape_key(shape)])} paths timed "
               f"in {time.perf_counter() - started:.1f} s", file=progress, flush=True)
     return results
@@ -351,6 +352,7 @@ def main(argv=None):
     parser.add_argument("--pool", type=int, help="input sets per shape (default 8 GPU, 2 CPU)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--backends", help="comma-separated backend names (default: every one)")
     parser.add_argument("--plot-only", type=Path, help="re-draw the PNG of a result JSON")
     args = parser.parse_args(argv)
     if args.plot_only:
@@ -361,7 +363,8 @@ def main(argv=None):
     reps = args.reps or (100 if on_gpu else 5)
     pool = args.pool or (8 if on_gpu else 2)
     shapes = parse_shapes(args.shapes)
-    results = run(shapes, reps, args.warmup, pool, device)
+    backends = args.backends.split(",") if args.backends else None
+    results = run(shapes, reps, args.warmup, pool, device, backends)
     paths, geomeans = summarize(results)
     description = device_description(device)
     torch_version, triton_version = versions()
