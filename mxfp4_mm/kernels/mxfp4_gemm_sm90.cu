@@ -1,0 +1,402 @@
+// a4w4 MXFP4 GEMM for Hopper (sm_90), one launch per call:  C[M,N] = dq(q(A)) @ dq(B)^T.
+//
+// Swap-AB: the MMA's 16-row side is N (weights), its 8-column side is M (activations).
+// Both operands enter `mma.m16n8k16.bf16` with their e8m0 scales folded in, so the fp32
+// accumulators run over the whole K with no per-block epilogue:
+//   B: a nibble (s,e1,e0,m) placed as bf16 bits s<<15 | e1e0m<<6 is exactly e2m1 * 2^-126
+//      (code 1 = 0.5 becomes a bf16 subnormal); one bf16x2 multiply by 2^(sb-64) scales it.
+//   A: quantized in the CTA (SPEC §2, bit-exact rounding via a magic-number add), stored in
+//      shared memory as bf16 e2m1 * 2^(sa-127) * 2^63 (exact: two significant bits).
+//      Note 2^(e+63) stays finite only for sa <= 191, like the B side.
+//   Products are a*b*2^(sa+sb-254): exact in fp32. Valid while scale bytes stay <= 191.
+// The 32 K values of a thread's scale block may be visited in any order as long as A and B
+// agree, so each thread owns one whole scale block per 128-K chunk and pairs its nibbles as
+// (j, j+4): that makes the B conversion a few shifts and masks.
+// Split-K runs across the CTAs of one thread-block cluster; partial tiles are summed in rank
+// order through distributed shared memory (deterministic; no scratch, no counters).
+//
+// Compile-time configuration (-D): GM GN GK (shape), BM (rows of M per CTA, multiple of 8),
+// WN (warps along N), NT (16-row N tiles per warp), WK (warps along K), SPLITK (cluster size).
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+
+#ifndef GM
+#define GM 16
+#define GN 256
+#define GK 512
+#endif
+#ifndef BM
+#define BM 16
+#endif
+#ifndef WN
+#define WN 2
+#endif
+#ifndef NT
+#define NT 1
+#endif
+#ifndef WK
+#define WK 2
+#endif
+#ifndef SPLITK
+#define SPLITK 1
+#endif
+
+constexpr int KBLOCKS = GK / 32;                        // scale blocks per row
+constexpr int SCOLS = (KBLOCKS + 7) / 8 * 8;            // columns of the shuffled scale tensor
+constexpr int NCHUNK = (GK + 127) / 128;                // 128-K chunks (the last may be half)
+constexpr int CH_MAX = (NCHUNK + SPLITK - 1) / SPLITK;  // chunks per split, at most
+constexpr int CHW = (CH_MAX + WK - 1) / WK;             // chunks per warp, at most
+constexpr int MT = BM / 8;                              // 8-column MMA tiles along M
+constexpr int BN = WN * NT * 16;
+constexpr int NWARPS = WN * WK;
+constexpr int NTHREADS = NWARPS * 32;
+
+// Shared memory: B pieces (each thread reads back only what it copied), A fragments, B scales;
+// after the MMAs the same space holds the fp32 partial tiles.
+constexpr int B_SMEM = CHW * NT * 2 * NTHREADS * 16;
+constexpr int A_SMEM = MT * CH_MAX * 2048;
+constexpr int S_STRIDE = CH_MAX * 4;
+constexpr int S_SMEM = (BN * S_STRIDE + 15) / 16 * 16;
+constexpr int P_STRIDE = BN + 4;  // floats; 4 mod 32 keeps the fragment stores conflict-free
+constexpr int P_SMEM = WK * BM * P_STRIDE * 4;
+// Dynamic shared memory = max(B_SMEM + A_SMEM + S_SMEM, P_SMEM); backends/cuda.py mirrors this.
+
+static_assert(BM % 8 == 0 && BM <= 256, "BM");
+static_assert(CHW <= 32, "too many chunks per warp");
+
+// ---- small helpers -----------------------------------------------------------------------
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    return (u32)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
+
+__device__ __forceinline__ uint4 ld_global_nc(const void* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ u32 mul_bf16x2(u32 a, u32 b) {
+    u32 d;
+    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
+    u32 d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Flat index of unshuffled scale (r, c) in the shuffled tensor (SPEC §3).
+__device__ __forceinline__ int shuffled_scale_index(int r, int c) {
+    return (((((r >> 5) * (SCOLS / 8) + (c >> 3)) * 4 + (c & 3)) * 16 + (r & 15)) * 2 + ((c & 7) >> 2)) * 2
+           + ((r & 31) >> 4);
+}
+
+// ---- B: packed nibbles -> bf16 pairs -------------------------------------------------------
+
+// Nibbles (a, a+4) of w as bf16x2 raw values e2m1 * 2^-126 (sign at bit 15, code at bits 6..8).
+template <int A>
+__device__ __forceinline__ u32 nibble_pair(u32 w) {
+    const u32 mag = (A == 0 ? w << 6 : A == 1 ? w << 2 : A == 2 ? w >> 2 : w >> 6) & 0x01C001C0u;
+    const u32 sgn = (A == 0 ? w << 12 : A == 1 ? w << 8 : A == 2 ? w << 4 : w) & 0x80008000u;
+    return mag | sgn;
+}
+
+// bf16x2 multiplier 2^(s-64) in both halves (s clamped to 191 to stay finite).
+__device__ __forceinline__ u32 b_scale_multiplier(u32 s) {
+    return (min(s, 191u) + 63u) * 0x00800080u;
+}
+
+// ---- A: SPEC §2 quantization of 8 consecutive values; 4 lanes (xor 8, 16) share a block ----
+
+// Quantizes the 8 bf16 in `raw`: r[j] = x[j] / 2^e rounded onto the e2m1 grid (exact floats in
+// [-6, 6]), e = the block's scale exponent.
+__device__ __forceinline__ void quantize8(uint4 raw, float (&r)[8], int& e) {
+    float x[8];
+    const u32 w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        x[2 * j] = __uint_as_float(w[j] << 16);
+        x[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+    }
+    float amax = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(x[j]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 8));
+    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 16));
+    // Round amax's bits up to a power of two, e = floor(log2) - 2, clamped; inf/nan -> 127.
+    const int field = (int)(((__float_as_uint(amax) + 0x200000u) & 0x7F800000u) >> 23);
+    e = field == 255 ? 127 : max(field - 129, -127);
+    const float inv_scale = __uint_as_float((u32)max(127 - e, 0) << 23);  // 2^-e, exact
+    // q rounded to the e2m1 grid: (q + magic) - magic, where magic's ulp is the grid step at q's
+    // binade (0.5 below 2, then 1, then 2); round-to-nearest-even is the add's own rounding.
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const float q = x[j] * inv_scale;
+        const u32 qb = __float_as_uint(q) & 0x7F800000u;
+        const float magic = __uint_as_float(max(qb, 127u << 23) + ((22u << 23) | 0x400000u));
+        r[j] = fminf(fmaxf(__fsub_rn(__fadd_rn(q, magic), magic), -6.f), 6.f);
+    }
+}
+
+// e2m1 code of a rounded value r, with x's sign (debug path).
+__device__ __forceinline__ u32 e2m1_code(float r, float x) {
+    const float q = fabsf(r);
+    const u32 mag = q == 0.f ? 0u : q < 1.f ? 1u : (__float_as_uint(q) >> 22) - 252u;
+    return mag | ((__float_as_uint(x) >> 28) & 8u);
+}
+
+// ---- the GEMM ------------------------------------------------------------------------------
+
+#if SPLITK > 1
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ float4 ld_cluster_f4(u32 local_addr, u32 rank) {
+    u32 remote;
+    float4 v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local_addr), "r"(rank));
+    asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
+    return v;
+}
+#define CLUSTER_ATTR __cluster_dims__(1, SPLITK, 1)
+#else
+#define CLUSTER_ATTR
+#endif
+
+extern "C" __global__ void __launch_bounds__(NTHREADS) CLUSTER_ATTR
+mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh,
+           u16* __restrict__ c) {
+    extern __shared__ __align__(16) u8 smem[];
+    u8* const b_smem = smem;
+    u8* const a_smem = smem + B_SMEM;
+    u8* const s_smem = smem + B_SMEM + A_SMEM;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wn = warp % WN, wk = warp / WN;
+    const int g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * BN;
+    const int split = blockIdx.y;
+    const int m0 = blockIdx.z * BM;
+    const int chunk_begin = split * NCHUNK / SPLITK;
+    const int chunks = (split + 1) * NCHUNK / SPLITK - chunk_begin;
+
+    // 1. B codes: every thread copies the 16-byte pieces it will consume, one group per chunk.
+#pragma unroll
+    for (int j = 0; j < CHW; ++j) {
+        const int lc = wk + j * WK;
+        const int block = (chunk_begin + lc) * 4 + t;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = n0 + (wn * NT + nt) * 16 + g + 8 * h;
+                const bool valid = lc < chunks && row < GN && block < KBLOCKS;
+                const u8* src = valid ? b_q + (size_t)row * (GK / 2) + block * 16 : b_q;
+                cp_async16(smem_addr(b_smem + ((j * NT + nt) * 2 + h) * NTHREADS * 16 + tid * 16), src, valid);
+            }
+        }
+        cp_async_commit();
+    }
+
+    // 2. B scales: bytes of this CTA's rows and K range (read now, stored after the A work).
+    constexpr int S_COUNT = BN * S_STRIDE;
+    constexpr int S_PER_THREAD = (S_COUNT + NTHREADS - 1) / NTHREADS;
+    u32 s_val[S_PER_THREAD];
+#pragma unroll
+    for (int q = 0; q < S_PER_THREAD; ++q) {
+        const int idx = tid + q * NTHREADS;
+        const int row = n0 + idx / S_STRIDE;
+        const int local_block = idx % S_STRIDE;
+        const int block = chunk_begin * 4 + local_block;
+        const bool valid = idx < S_COUNT && row < GN && local_block < chunks * 4 && block < KBLOCKS;
+        s_val[q] = valid ? __ldg(b_scale_sh + shuffled_scale_index(row, block)) : 0u;
+    }
+
+    // 3. A: quantize rows [m0, m0+BM) of this K range into MMA-ready bf16 fragments.
+    {
+        const int i = lane >> 3, r = (lane >> 2) & 1;
+        const int tasks = (BM / 2) * chunks;
+        for (int task = warp; task < tasks; task += NWARPS) {
+            const int mp = task / chunks, lc = task - mp * chunks;
+            const int ml = 2 * mp + r;
+            const int gm = m0 + ml;
+            const int k = (chunk_begin + lc) * 128 + 32 * t + 8 * i;
+            const bool valid = gm < GM && k < GK;
+            const uint4 raw = valid ? ld_global_nc(a + (size_t)gm * GK + k) : make_uint4(0, 0, 0, 0);
+            float v[8];
+            int e;
+            quantize8(raw, v, e);
+            const float fold = __uint_as_float((u32)min(e + 190, 254) << 23);  // 2^(e+63)
+            uint4 packed;
+            packed.x = pack_bf16x2(v[0] * fold, v[4] * fold);
+            packed.y = pack_bf16x2(v[1] * fold, v[5] * fold);
+            packed.z = pack_bf16x2(v[2] * fold, v[6] * fold);
+            packed.w = pack_bf16x2(v[3] * fold, v[7] * fold);
+            const int offset = (((ml >> 3) * CH_MAX + lc) * 4 + i) * 512 + ((ml & 7) * 4 + t) * 16;
+            *reinterpret_cast<uint4*>(a_smem + offset) = packed;
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < S_PER_THREAD; ++q) {
+        const int idx = tid + q * NTHREADS;
+        if (idx < S_COUNT) s_smem[idx] = (u8)s_val[q];
+    }
+    __syncthreads();
+
+    // 4. MMAs over this warp's chunks.
+    float acc[NT][MT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) acc[nt][mt][q] = 0.f;
+
+#pragma unroll
+    for (int j = 0; j < CHW; ++j) {
+        const int lc = wk + j * WK;
+        if (lc >= chunks) break;
+        switch (CHW - 1 - j) {  // wait for this chunk's group (later groups may still fly)
+            case 0: cp_async_wait<0>(); break;
+            case 1: cp_async_wait<1>(); break;
+            case 2: cp_async_wait<2>(); break;
+            case 3: cp_async_wait<3>(); break;
+            case 4: cp_async_wait<4>(); break;
+            case 5: cp_async_wait<5>(); break;
+            case 6: cp_async_wait<6>(); break;
+            default: cp_async_wait<7>(); break;
+        }
+        if (CHW - 1 - j > 7) cp_async_wait<0>();
+        uint4 wb[NT][2];
+        u32 mult[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                wb[nt][h] = *reinterpret_cast<const uint4*>(b_smem + ((j * NT + nt) * 2 + h) * NTHREADS * 16 + tid * 16);
+                const int row_local = (wn * NT + nt) * 16 + g + 8 * h;
+                mult[nt][h] = b_scale_multiplier(s_smem[row_local * S_STRIDE + lc * 4 + t]);
+            }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            u32 bf[NT][2][4];
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const u32 w = i == 0 ? wb[nt][h].x : i == 1 ? wb[nt][h].y : i == 2 ? wb[nt][h].z : wb[nt][h].w;
+                    bf[nt][h][0] = mul_bf16x2(nibble_pair<0>(w), mult[nt][h]);
+                    bf[nt][h][1] = mul_bf16x2(nibble_pair<1>(w), mult[nt][h]);
+                    bf[nt][h][2] = mul_bf16x2(nibble_pair<2>(w), mult[nt][h]);
+                    bf[nt][h][3] = mul_bf16x2(nibble_pair<3>(w), mult[nt][h]);
+                }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                const uint4 x = *reinterpret_cast<const uint4*>(a_smem + ((mt * CH_MAX + lc) * 4 + i) * 512 + lane * 16);
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    mma_bf16(acc[nt][mt], bf[nt][0][0], bf[nt][1][0], bf[nt][0][1], bf[nt][1][1], x.x, x.y);
+                    mma_bf16(acc[nt][mt], bf[nt][0][2], bf[nt][1][2], bf[nt][0][3], bf[nt][1][3], x.z, x.w);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // operand space becomes the partial-tile space
+
+    // 5. Partial tile [wk][m][n] in shared memory, then sum over warps and cluster ranks.
+    float* const part = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            const int nl = (wn * NT + nt) * 16 + g, ml = mt * 8 + 2 * t;
+            float* p = part + (wk * BM + ml) * P_STRIDE + nl;
+            p[0] = acc[nt][mt][0];
+            p[P_STRIDE] = acc[nt][mt][1];
+            p[8] = acc[nt][mt][2];
+            p[P_STRIDE + 8] = acc[nt][mt][3];
+        }
+#if SPLITK > 1
+    cluster_sync();
+#else
+    __syncthreads();
+#endif
+    constexpr int F4 = BM * BN / 4;
+    const int f_begin = split * F4 / SPLITK, f_end = (split + 1) * F4 / SPLITK;
+    for (int f = f_begin + tid; f < f_end; f += NTHREADS) {
+        const int ml = f / (BN / 4), nl = (f % (BN / 4)) * 4;
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int s = 0; s < SPLITK; ++s)
+#pragma unroll
+            for (int w = 0; w < WK; ++w) {
+                const float* p = part + (w * BM + ml) * P_STRIDE + nl;
+#if SPLITK > 1
+                const float4 v = ld_cluster_f4(smem_addr(p), s);
+#else
+                const float4 v = *reinterpret_cast<const float4*>(p);
+#endif
+                sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+            }
+        const int gm = m0 + ml, gn = n0 + nl;
+        if (gm < GM && gn < GN) {
+            uint2 out;
+            out.x = pack_bf16x2(sum.x, sum.y);
+            out.y = pack_bf16x2(sum.z, sum.w);
+            *reinterpret_cast<uint2*>(c + (size_t)gm * GN + gn) = out;
+        }
+    }
+#if SPLITK > 1
+    cluster_sync();  // peers may still be reading this CTA's partial tile
+#endif
+}
+
+// Debug: the fused A quantization alone -> codes [GM, GK/2], scale bytes [GM, GK/32].
+// One warp handles 8 scale blocks: lane = i*8 + slot, 8 values per lane.
+extern "C" __global__ void mxfp4_quant_debug(const u16* __restrict__ a, u8* __restrict__ codes, u8* __restrict__ scales) {
+    const int lane = threadIdx.x & 31;
+    const int i = lane >> 3, slot = lane & 7;
+    const int block = (blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5)) * 8 + slot;
+    const bool valid = block < GM * KBLOCKS;
+    const int row = block / KBLOCKS, col = block % KBLOCKS;
+    const u16* src = a + (size_t)row * GK + col * 32 + 8 * i;
+    const uint4 raw = valid ? ld_global_nc(src) : make_uint4(0, 0, 0, 0);
+    float v[8];
+    int e;
+    quantize8(raw, v, e);
+    if (!valid) return;
+    const u32 w[4] = {raw.x, raw.y, raw.z, raw.w};
+    u32 packed = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const float x = __uint_as_float(j & 1 ? w[j / 2] & 0xFFFF0000u : w[j / 2] << 16);
+        packed |= e2m1_code(v[j], x) << (4 * j);
+    }
+    *reinterpret_cast<u32*>(codes + (size_t)row * (GK / 2) + col * 16 + 4 * i) = packed;
+    if (i == 0) scales[(size_t)row * KBLOCKS + col] = (u8)(e + 127);
+}

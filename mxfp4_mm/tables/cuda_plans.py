@@ -1,0 +1,49 @@
+"""Plans for the CUDA backend (kernels/mxfp4_gemm_sm90.cu), by (M, N, K).
+
+Each plan: (bm, wn, nt, wk, split_k) = rows of M per CTA, warps along N, 16-row N tiles per warp,
+warps along K, CTAs along K (one cluster). Shapes not listed use `general_plan`.
+
+Regenerate on an H200 (rewrites PLANS below):  python3 tools/tune_cuda.py --write
+"""
+
+PLANS = {
+    # measured by tools/tune_cuda.py on NVIDIA H200 2026-12-02
+    (4, 2880, 512): (8, 2, 1, 8, 1),  # 5.28 us
+    (16, 2112, 7168): (16, 3, 3, 4, 8),  # 16.19 us
+    (32, 4096, 512): (32, 4, 3, 2, 4),  # 8.61 us
+    (32, 2880, 512): (32, 3, 1, 4, 2),  # 8.10 us
+    (64, 7168, 2048): (64, 4, 2, 4, 2),  # 27.36 us
+    (256, 3072, 1536): (64, 4, 3, 2, 2),  # 29.54 us
+    (8, 2112, 7168): (8, 3, 3, 4, 8),  # 14.05 us
+    (16, 3072, 1536): (16, 4, 2, 2, 4),  # 9.28 us
+    (64, 3072, 1536): (64, 4, 1, 2, 4),  # 17.34 us
+    (256, 2880, 512): (64, 3, 2, 2, 2),  # 15.78 us
+}
+
+
+def general_plan(m: int, n: int, k: int, compute_units: int = 132):
+    """The valid plan with the lowest rough cost: per-CTA bytes, A quantization and MMA work,
+    times the number of waves of CTAs, plus split-K reduction traffic."""
+    from ..backends.cuda import Plan, chunks, grid, is_valid
+
+    bm = min(64, -(-m // 8) * 8)
+    best, best_cost = None, None
+    for wn in (1, 2, 3, 4, 6, 8):
+        for nt in (1, 2, 3, 4):
+            for wk in (1, 2, 4):
+                for split_k in (1, 2, 4, 8):
+                    plan = Plan(bm, wn, nt, wk, split_k)
+                    if not is_valid(m, n, k, plan):
+                        continue
+                    ctas = 1
+                    for d in grid(m, n, plan):
+                        ctas *= d
+                    bn = wn * nt * 16
+                    ks = -(-chunks(k) // split_k) * 128
+                    per_cta = (bn * ks / 2) / 33e3 + (bm * ks * 10 + bn * ks * 2.4) / 5e5 \
+                        + (bn * bm * ks / 2048) * 6 / 4 / 1900 + split_k * wk * bm * bn * 4 / 2e5
+                    threads = wn * wk * 32
+                    cost = -(-ctas // compute_units) * per_cta + (0.3 if threads < 128 else 0.0)
+                    if best_cost is None or cost < best_cost:
+                        best, best_cost = plan, cost
+    return best
