@@ -24,6 +24,9 @@ __device__ __forceinline__ void arch_block_barrier() {
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
 }
 
+// Keeps the compiler's scheduler from moving instructions across (memory issue order matters).
+__device__ __forceinline__ void arch_schedule_barrier() { __builtin_amdgcn_sched_barrier(0); }
+
 // Device ("agent") scope: the 8 XCDs have separate L2s, so these write back / invalidate them.
 __device__ __forceinline__ void arch_fence_release_device() { __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent"); }
 __device__ __forceinline__ void arch_fence_acquire_device() { __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent"); }

@@ -33,6 +33,7 @@ __device__ __forceinline__ float arch_as_float(u32 bits) { return __uint_as_floa
 __device__ __forceinline__ u32 arch_as_u32(float value) { return __float_as_uint(value); }
 
 __device__ __forceinline__ void arch_block_barrier() { __syncthreads(); }
+__device__ __forceinline__ void arch_schedule_barrier() {}
 __device__ __forceinline__ void arch_fence_release_device() { __threadfence(); }
 __device__ __forceinline__ void arch_fence_acquire_device() { __threadfence(); }
 __device__ __forceinline__ u32 arch_atomic_add_device(u32* address, u32 value) { return atomicAdd(address, value); }

@@ -95,31 +95,6 @@ __device__ __forceinline__ u32 quantize_block(const u32 (&x)[16], u32x4& codes) 
   return (u32)(e + 127);
 }
 
-// ---- operand addressing ----------------------------------------------------------------------
-
-// Byte offset of the 16 codes of B row n, K slice s. Shuffled (aiter shuffle_weight 16x16): per 16 rows,
-// per 64 K, two 16-row x 16-byte panels; row-major: B_q [N, K/2].
-template <bool B_SHUFFLED>
-__device__ __forceinline__ long long b_slice_offset(int n, int s, int K) {
-  if (B_SHUFFLED)
-    return (long long)(n / 16) * (8 * K) + (s / 2) * 512 + (s % 2) * 256 + (n % 16) * 16;
-  return (long long)n * (K / 2) + s * 16;
-}
-
-// Word whose byte 0 / byte 2 are the e8m0 scales of row n at columns 8*chunk + q and + q + 4.
-// In the shuffled layout (SPEC section 3) those sit in one dword with row n ^ 16's; the dword is read
-// whole only when every byte is real data, otherwise byte by byte: padding is never read.
-__device__ __forceinline__ u32 load_b_scale_pair(const u8* scales, int scale_cols, int n, int N, int chunk, int q,
-                                                 int chunk_slices) {
-  const int row_half = (n % 32) / 16;
-  const long long base = ((((long long)(n / 32) * (scale_cols / 8) + chunk) * 4 + q) * 16 + n % 16) * 4;
-  if (chunk_slices == CHUNK_SLICES && (n ^ 16) < N)
-    return *(const u32*)(scales + base) >> (8 * row_half);
-  const u32 low = q < chunk_slices ? scales[base + row_half] : 127u;
-  const u32 high = q + 4 < chunk_slices ? scales[base + 2 + row_half] : 127u;
-  return low | high << 16;
-}
-
 // ---- the kernel --------------------------------------------------------------------------------
 
 // MFMA shape: 16 -> 16x16x128 (2 steps per chunk), 32 -> 32x32x64 (4 steps per chunk).
@@ -171,63 +146,99 @@ struct Problem {
   int M, N, K, scale_cols, split_k;
 };
 
-// One lane's B data for one chunk: codes per (N subtile, step) and scale words per (N subtile, word).
+// This lane's operand byte offsets at chunk 0 (chunk c adds c * *_CHUNK, step u adds u * *_STEP).
+// Rows past M / N are clamped to the last row: they only feed accumulators of rows / columns that
+// are never written, and the main loop needs no per-lane predicate.
+template <int MFMA, int SUB_M, int SUB_N, bool B_SHUFFLED>
+struct LaneOffsets {
+  typedef Shape<MFMA> S;
+  static constexpr u32 A_CHUNK = CHUNK_SLICES * SLICE_K * 2, A_STEP = S::GROUPS * SLICE_K * 2;
+  // Slice s of B row n: shuffled (16x16 panels, SPEC section 3) at (n/16)*8K + (n%16)*16 + s*256;
+  // row-major B_q at n*K/2 + s*16.
+  static constexpr u32 B_SLICE = B_SHUFFLED ? 256 : 16;
+  static constexpr u32 B_CHUNK = CHUNK_SLICES * B_SLICE, B_STEP = S::GROUPS * B_SLICE;
+  // Shuffled scale (r, c): ((r/32)*(cols/8) + c/8)*256 + (c%4)*64 + (r%16)*4 + ((c%8)/4)*2 + (r%32)/16.
+  static constexpr u32 SCALE_CHUNK = 256, SCALE_WORD = S::GROUPS * 64;
+
+  u32 a[SUB_M], b[SUB_N], scale[SUB_N], scale_shift[SUB_N];
+
+  __device__ __forceinline__ LaneOffsets(const Problem& p, int m0, int n0) {
+    const int lane = arch_lane_id(), r = lane % S::ROWS, group = lane / S::ROWS;
+#pragma unroll
+    for (int sm = 0; sm < SUB_M; ++sm) {
+      const u32 m = (u32)min_int(m0 + sm * S::ROWS + r, p.M - 1);
+      a[sm] = (m * (u32)p.K + group * SLICE_K) * 2;
+    }
+#pragma unroll
+    for (int sn = 0; sn < SUB_N; ++sn) {
+      const u32 n = (u32)min_int(n0 + sn * S::ROWS + r, p.N - 1);
+      b[sn] = B_SHUFFLED ? (n / 16) * (8 * (u32)p.K) + (n % 16) * 16 + group * B_SLICE : n * ((u32)p.K / 2) + group * B_SLICE;
+      scale[sn] = (n / 32) * ((u32)p.scale_cols / 8) * 256 + (n % 16) * 4 + group * 64;
+      scale_shift[sn] = 8 * ((n % 32) / 16);
+    }
+  }
+};
+
+// One lane's B data for one chunk: codes per (N subtile, step); per (N subtile, word) the shuffled-scale
+// dword holding this row's columns q and q + 4 (bytes (n%32)/16 and 2 + (n%32)/16).
 template <int MFMA, int SUB_N>
 struct BChunk {
   u32x4 codes[SUB_N][Shape<MFMA>::STEPS];
   u32 scales[SUB_N][Shape<MFMA>::SCALE_WORDS];
 };
 
-template <int MFMA, int SUB_N, bool B_SHUFFLED>
-__device__ __forceinline__ void load_b_chunk(const Problem& p, int n0, int chunk, int chunk_slices,
-                                             BChunk<MFMA, SUB_N>& out) {
+// Scale dwords are read whole only when all 4 bytes are real data. BYTE_SCALES (a tile at the N edge
+// with N % 32 == 16, or the K tail chunk) reads only this row's bytes, so padding is never read.
+// TAIL: the last, partial chunk (chunk_slices < 8): slices past K read nothing and get zero codes.
+template <int MFMA, int SUB_M, int SUB_N, bool B_SHUFFLED, bool BYTE_SCALES, bool TAIL>
+__device__ __forceinline__ void load_b_chunk(const Problem& p, const LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED>& at,
+                                             int chunk, int chunk_slices, BChunk<MFMA, SUB_N>& out) {
   typedef Shape<MFMA> S;
-  const int lane = arch_lane_id(), group = lane / S::ROWS;
+  typedef LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED> L;
+  const int group = arch_lane_id() / S::ROWS;
 #pragma unroll
   for (int sn = 0; sn < SUB_N; ++sn) {
-    const int n = n0 + sn * S::ROWS + lane % S::ROWS;
+    const u8* codes = p.B + at.b[sn] + (u32)chunk * L::B_CHUNK;
 #pragma unroll
     for (int u = 0; u < S::STEPS; ++u) {
-      const int c = u * S::GROUPS + group;
       out.codes[sn][u] = u32x4{};
-      if (n < p.N && c < chunk_slices)
-        out.codes[sn][u] = *(const u32x4*)(p.B + b_slice_offset<B_SHUFFLED>(n, chunk * CHUNK_SLICES + c, p.K));
+      if (!TAIL || u * S::GROUPS + group < chunk_slices) out.codes[sn][u] = *(const u32x4*)(codes + u * L::B_STEP);
     }
 #pragma unroll
-    for (int w = 0; w < S::SCALE_WORDS; ++w)
-      out.scales[sn][w] = n < p.N ? load_b_scale_pair(p.B_scale_sh, p.scale_cols, n, p.N, chunk,
-                                                      w * S::GROUPS + group, chunk_slices)
-                                  : 0x7F007Fu;
+    for (int w = 0; w < S::SCALE_WORDS; ++w) {
+      const u8* word = p.B_scale_sh + at.scale[sn] + (u32)chunk * L::SCALE_CHUNK + w * L::SCALE_WORD;
+      if (!BYTE_SCALES && !TAIL) {
+        out.scales[sn][w] = *(const u32*)word;
+      } else {
+        const int q = w * S::GROUPS + group, half = at.scale_shift[sn] / 8;
+        const u32 low = !TAIL || q < chunk_slices ? word[half] : 127u;
+        const u32 high = !TAIL || q + 4 < chunk_slices ? word[2 + half] : 127u;
+        out.scales[sn][w] = (low | high << 16) << at.scale_shift[sn];
+      }
+    }
   }
 }
 
-// Quantize this lane's A blocks of one chunk for M subtile sm: codes per step, scale bytes packed
-// (byte u = step u) into one word.
-template <int MFMA>
-__device__ __forceinline__ u32 quantize_a_chunk(const Problem& p, int m, int chunk, int chunk_slices,
-                                                u32x4 (&codes)[Shape<MFMA>::STEPS]) {
+// This lane's raw A blocks of one chunk: per (M subtile, step) 32 bf16 as 16 dwords.
+template <int MFMA, int SUB_M, int SUB_N, bool B_SHUFFLED, bool TAIL>
+__device__ __forceinline__ void load_a_chunk(const Problem& p, const LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED>& at,
+                                             int chunk, int chunk_slices, u32 (&raw)[SUB_M][Shape<MFMA>::STEPS][16]) {
   typedef Shape<MFMA> S;
+  typedef LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED> L;
   const int group = arch_lane_id() / S::ROWS;
-  u32 scales = 0;
 #pragma unroll
-  for (int u = 0; u < S::STEPS; ++u) {
-    const int c = u * S::GROUPS + group;
-    codes[u] = u32x4{};
-    u32 scale = 127;
-    if (m < p.M && c < chunk_slices) {
-      const u32x4* src = (const u32x4*)(p.A + (long long)m * p.K + (chunk * CHUNK_SLICES + c) * SLICE_K);
-      u32 x[16];
+  for (int sm = 0; sm < SUB_M; ++sm)
+#pragma unroll
+    for (int u = 0; u < S::STEPS; ++u) {
+      const u32x4* src = (const u32x4*)((const u8*)p.A + at.a[sm] + (u32)chunk * L::A_CHUNK + u * L::A_STEP);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const u32x4 v = src[i];
+        u32x4 v = u32x4{};
+        if (!TAIL || u * S::GROUPS + group < chunk_slices) v = src[i];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) x[4 * i + j] = v[j];
+        for (int j = 0; j < 4; ++j) raw[sm][u][4 * i + j] = v[j];
       }
-      scale = quantize_block(x, codes[u]);
     }
-    scales |= scale << (8 * u);
-  }
-  return scales;
 }
 
 template <int MFMA, int SUB_M, int SUB_N>
@@ -235,23 +246,71 @@ struct Accumulators {
   typename AccOf<MFMA>::type tile[SUB_M][SUB_N];
 };
 
-template <int MFMA, int SUB_M, int SUB_N>
-__device__ __forceinline__ void mfma_chunk(const Problem& p, int m0, int chunk, int chunk_slices,
+// Quantize the chunk's A blocks and issue its MFMAs (steps with no slice left are skipped: K tail).
+template <int MFMA, int SUB_M, int SUB_N, class Offsets>
+__device__ __forceinline__ void mfma_chunk(const Offsets& at, int chunk_slices, const u32 (&raw)[SUB_M][Shape<MFMA>::STEPS][16],
                                            const BChunk<MFMA, SUB_N>& b, Accumulators<MFMA, SUB_M, SUB_N>& acc) {
   typedef Shape<MFMA> S;
-  const int lane = arch_lane_id();
 #pragma unroll
   for (int sm = 0; sm < SUB_M; ++sm) {
     u32x4 a_codes[S::STEPS];
-    const u32 a_scales = quantize_a_chunk<MFMA>(p, m0 + sm * S::ROWS + lane % S::ROWS, chunk, chunk_slices, a_codes);
+    u32 a_scales = 0;  // byte u: scale of step u
+#pragma unroll
+    for (int u = 0; u < S::STEPS; ++u) a_scales |= quantize_block(raw[sm][u], a_codes[u]) << (8 * u);
     static_for<0, S::STEPS>([&](auto step) {
       constexpr int u = decltype(step)::value;
-      if (u * S::GROUPS >= chunk_slices) return;  // the K tail: a step with no slice left
+      if (u * S::GROUPS >= chunk_slices) return;
 #pragma unroll
       for (int sn = 0; sn < SUB_N; ++sn)
-        acc.tile[sm][sn] = mfma<MFMA, u, S::template SCALE_BYTE<u>>(a_codes[u], b.codes[sn][u], acc.tile[sm][sn], a_scales,
-                                                         b.scales[sn][S::template SCALE_WORD<u>]);
+        acc.tile[sm][sn] = mfma<MFMA, u, S::template SCALE_BYTE<u>>(
+            a_codes[u], b.codes[sn][u], acc.tile[sm][sn], a_scales,
+            b.scales[sn][S::template SCALE_WORD<u>] >> at.scale_shift[sn]);
     });
+  }
+}
+
+// One full chunk: load its A, then the B of this wave's next chunk into `next`,
+// then quantize and multiply with `current`, loaded one chunk earlier.
+template <int MFMA, int SUB_M, int SUB_N, int WAVES, bool B_SHUFFLED, bool BYTE_SCALES>
+__device__ __forceinline__ void full_chunk(const Problem& p, const LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED>& at,
+                                           int chunk, int end, const BChunk<MFMA, SUB_N>& current,
+                                           BChunk<MFMA, SUB_N>& next, Accumulators<MFMA, SUB_M, SUB_N>& acc) {
+  u32 raw[SUB_M][Shape<MFMA>::STEPS][16];
+  load_a_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, false>(p, at, chunk, CHUNK_SLICES, raw);
+  // Loads complete in issue order: A must go out before the prefetch, or waiting for A waits for it.
+  arch_schedule_barrier();
+  // Unconditional (the last one re-reads this chunk, still in cache): a branch here would make the
+  // compiler wait for every load before the MFMAs.
+  const int next_chunk = chunk + WAVES < end ? chunk + WAVES : chunk;
+  load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, BYTE_SCALES, false>(p, at, next_chunk, CHUNK_SLICES, next);
+  arch_schedule_barrier();
+  mfma_chunk<MFMA, SUB_M, SUB_N>(at, CHUNK_SLICES, raw, current, acc);
+}
+
+// This wave's full chunks begin, begin + WAVES, ... < end. With room for a second B buffer (raw A of
+// at most 64 dwords per lane), the two B buffers alternate (unrolled by two) so a prefetched chunk is
+// never copied nor waited for before its use. Otherwise (tall tiles) B is loaded right after A and
+// its latency hides behind the A quantization, which is long there.
+template <int MFMA, int SUB_M, int SUB_N, int WAVES, bool B_SHUFFLED, bool BYTE_SCALES>
+__device__ __forceinline__ void full_chunks(const Problem& p, const LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED>& at,
+                                            int begin, int end, Accumulators<MFMA, SUB_M, SUB_N>& acc) {
+  BChunk<MFMA, SUB_N> even, odd;
+  if constexpr (SUB_M * Shape<MFMA>::STEPS * 16 <= 64) {
+    if (begin < end) load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, BYTE_SCALES, false>(p, at, begin, CHUNK_SLICES, even);
+    for (int chunk = begin; chunk < end; chunk += 2 * WAVES) {
+      full_chunk<MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED, BYTE_SCALES>(p, at, chunk, end, even, odd, acc);
+      if (chunk + WAVES >= end) break;
+      full_chunk<MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED, BYTE_SCALES>(p, at, chunk + WAVES, end, odd, even, acc);
+    }
+  } else {
+    for (int chunk = begin; chunk < end; chunk += WAVES) {
+      u32 raw[SUB_M][Shape<MFMA>::STEPS][16];
+      load_a_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, false>(p, at, chunk, CHUNK_SLICES, raw);
+      arch_schedule_barrier();
+      load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, BYTE_SCALES, false>(p, at, chunk, CHUNK_SLICES, even);
+      arch_schedule_barrier();
+      mfma_chunk<MFMA, SUB_M, SUB_N>(at, CHUNK_SLICES, raw, even, acc);
+    }
   }
 }
 
@@ -333,22 +392,24 @@ __device__ __forceinline__ void gemm(const Problem& p) {
 
   const int m0 = arch_block_id_y() * BLOCK_M, n0 = arch_block_id_x() * BLOCK_N;
   const int k_slices = p.K / SLICE_K, chunks = (k_slices + CHUNK_SLICES - 1) / CHUNK_SLICES;
-  const int split = arch_block_id_z();
-  const int chunk_end = (int)((long long)(split + 1) * chunks / p.split_k);
+  const int split = arch_block_id_z(), wave = arch_wave_id();
+  const int begin = (int)((long long)split * chunks / p.split_k), end = (int)((long long)(split + 1) * chunks / p.split_k);
+  const int tail_slices = k_slices % CHUNK_SLICES;
+  const int full_end = end == chunks && tail_slices ? end - 1 : end;  // the partial chunk is the last one
 
+  const LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED> at(p, m0, n0);
   Accumulators<MFMA, SUB_M, SUB_N> acc = {};
-  // B for the next chunk is loaded before this chunk's A quantization and MFMAs.
-  int chunk = (int)((long long)split * chunks / p.split_k) + arch_wave_id();
-  BChunk<MFMA, SUB_N> b;
-  if (chunk < chunk_end) load_b_chunk<MFMA, SUB_N, B_SHUFFLED>(p, n0, chunk, min_int(CHUNK_SLICES, k_slices - chunk * CHUNK_SLICES), b);
-  for (; chunk < chunk_end; chunk += WAVES) {
-    const int chunk_slices = min_int(CHUNK_SLICES, k_slices - chunk * CHUNK_SLICES);
-    BChunk<MFMA, SUB_N> next = b;
-    const int next_chunk = chunk + WAVES;
-    if (next_chunk < chunk_end)
-      load_b_chunk<MFMA, SUB_N, B_SHUFFLED>(p, n0, next_chunk, min_int(CHUNK_SLICES, k_slices - next_chunk * CHUNK_SLICES), next);
-    mfma_chunk<MFMA, SUB_M, SUB_N>(p, m0, chunk, chunk_slices, b, acc);
-    b = next;
+  // Rows n of the last 16 when N % 32 == 16 share their scale dword with padding rows.
+  if (p.N % 32 == 16 && n0 + BLOCK_N > p.N - 16)
+    full_chunks<MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED, true>(p, at, begin + wave, full_end, acc);
+  else
+    full_chunks<MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED, false>(p, at, begin + wave, full_end, acc);
+  if (full_end < end && (full_end - begin) % WAVES == wave) {
+    u32 raw[SUB_M][S::STEPS][16];
+    BChunk<MFMA, SUB_N> b;
+    load_a_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, true>(p, at, full_end, tail_slices, raw);
+    load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, true, true>(p, at, full_end, tail_slices, b);
+    mfma_chunk<MFMA, SUB_M, SUB_N>(at, tail_slices, raw, b, acc);
   }
 
   reduce_waves<MFMA, SUB_M, SUB_N, WAVES>(acc, tile);
@@ -371,7 +432,7 @@ __device__ __forceinline__ void gemm(const Problem& p) {
 MXFP4_GEMM_VARIANT(mxfp4_gemm_m16n64w4, 16, 1, 4, 4, true)
 MXFP4_GEMM_VARIANT(mxfp4_gemm_m16n128w4, 16, 1, 8, 4, true)
 MXFP4_GEMM_VARIANT(mxfp4_gemm_m32n64w4, 32, 1, 2, 4, true)
-MXFP4_GEMM_VARIANT(mxfp4_gemm_m64n64w4, 32, 2, 2, 4, true)
+MXFP4_GEMM_VARIANT(mxfp4_gemm_m32n128w4, 32, 1, 4, 4, true)
 MXFP4_GEMM_VARIANT(mxfp4_gemm_m16n64w4_bq, 16, 1, 4, 4, false)
 MXFP4_GEMM_VARIANT(mxfp4_gemm_m32n64w4_bq, 32, 1, 2, 4, false)
 
