@@ -328,7 +328,7 @@ def plot(report, png_path):
     ax.set_yscale("log")
     ax.set_ylabel("median µs (L2 flushed, one call)")
     ax.set_title(f"mxfp4 GEMM on {report['device']} ({report['date'][:10]})")
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(png_path, dpi=120)
     plt.close(fig)
