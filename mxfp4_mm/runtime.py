@@ -244,15 +244,20 @@ class Function:
         params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
         api, handle, device = self.module.api, self.handle, self.module.device
         launch = api.launch
+        # The argument slots are shared by every call of this launcher; the driver copies them at
+        # launch, so only filling and launching must not interleave between host threads.
+        slots_in_use = threading.Lock()
 
         def launch_kernel(grid, block, shared_bytes, *args):
             if len(args) != len(values):
                 raise TypeError(f"{self.name}: expected {len(values)} kernel arguments, got {len(args)}")
-            for slot, arg in zip(values, args):
-                slot.value = arg.data_ptr() if isinstance(arg, torch.Tensor) else arg
             queue = getattr(_current_queue(device), _QUEUE_HANDLE_ATTR)
-            api.check(launch(handle, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                             shared_bytes, queue, params, None), f"launch {self.name}")
+            with slots_in_use:
+                for slot, arg in zip(values, args):
+                    slot.value = arg.data_ptr() if isinstance(arg, torch.Tensor) else arg
+                code = launch(handle, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                              shared_bytes, queue, params, None)
+            api.check(code, f"launch {self.name}")
 
         return launch_kernel
 
