@@ -31,6 +31,7 @@ Set MXFP4_MM_SELFBENCH=1 to run the benchmark loop on import; MXFP4_MM_BACKEND=n
 LOADER = '''
 import importlib.abc
 import importlib.util
+import linecache
 import os
 import sys
 
@@ -51,7 +52,10 @@ class _BundledPackage(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         is_package, source = _MODULES[module.__name__]
         if is_package:
             module.__path__ = []
-        exec(compile(source, "<bundled " + module.__name__ + ">", "exec"), module.__dict__)
+        filename = "<bundled " + module.__name__ + ">"
+        # @triton.jit reads its function's source through linecache.
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        exec(compile(source, filename, "exec"), module.__dict__)
 
 
 if "mxfp4_mm" not in sys.modules:

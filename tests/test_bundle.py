@@ -57,3 +57,14 @@ def test_submission_import_is_silent(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "" and proc.stderr == ""
+
+
+def test_every_bundled_module_imports_from_the_single_file(tmp_path):
+    """Catches modules that need their own file, e.g. @triton.jit reading its source."""
+    (tmp_path / "submission.py").write_text(bundle.render())
+    names = sorted(bundle.module_sources())
+    code = "import importlib, submission\nfor name in %r:\n    importlib.import_module(name)\n" % names
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import mxfp4_mm
-from mxfp4_mm import dispatch, runtime, spec
+from mxfp4_mm import dispatch, runtime, scratch, spec
 from mxfp4_mm.backends import aiter_backend, hip
 from mxfp4_mm.tables import hip_plans
 from conftest import assert_harness_close, make_inputs, reference_output
@@ -84,7 +84,7 @@ def fake_gpu(gfx950_props, monkeypatch):
     monkeypatch.setattr(dispatch, "device_kind", lambda device: "gfx950")
     monkeypatch.setattr(runtime, "load_module", lambda source, device, options=(): module)
     monkeypatch.setattr(runtime, "current_queue_handle", lambda device: queue["handle"])
-    monkeypatch.setattr(hip, "_scratch", {})
+    monkeypatch.setattr(scratch, "_workspaces", {})
     dispatch.reset()
     yield types.SimpleNamespace(module=module, queue=queue)
     dispatch.reset()

@@ -2,8 +2,8 @@
 first use, one launch per call (A quantized in the kernel, split-K reduced in the same launch).
 
 The plan (variant, split-K) comes from tables/hip_plans.py. Split-K scratch (fp32 partials and
-per-tile counters, the counters zeroed once here and reset by the kernel itself) is kept per
-(device, current queue, shape, plan), so two queues never share a mutable buffer.
+per-tile counters) comes from `scratch.split_k_workspace`: one per (device, current queue, shape,
+plan), so two queues never share a mutable buffer.
 
 `make_emulated_runner` runs the same source on NVIDIA: without __AMDGCN__ it compiles through the
 wave64 emulation of arch_nvidia.h with NVRTC. It exists to verify every plan on an H200.
@@ -17,6 +17,7 @@ import torch
 from .. import dispatch, runtime
 from ..kernels import read_source
 from ..tables import hip_plans
+from ..scratch import split_k_workspace
 from ..validate import scale_cols
 
 NAME = "hip"
@@ -28,7 +29,6 @@ Variant = collections.namedtuple("Variant", "name mfma tile_m tile_n waves b_shu
 _VARIANT_LINE = re.compile(r"^MXFP4_GEMM_VARIANT\((\w+), (\d+), (\d+), (\d+), (\d+), (true|false)\)", re.M)
 
 _variants = {}
-_scratch = {}  # (device, queue handle, m, n, variant, split_k) -> (partials, counters)
 
 
 def kernel_variants() -> dict:
@@ -62,17 +62,12 @@ def fallback_plan(m: int, n: int, k: int, plan: hip_plans.Plan) -> hip_plans.Pla
     return hip_plans.general_plan(m, n, k, row_major)
 
 
-def scratch_for(device, queue: int, m: int, n: int, variant: Variant, split_k: int):
-    """(partials, counters) for one queue, allocated and zeroed on first use; (0, 0) without split."""
+def scratch_for(device, m: int, n: int, variant: Variant, split_k: int):
+    """(partials, counters) of the current queue; (0, 0) (null pointers) without split-K."""
     if split_k == 1:
         return 0, 0
-    key = (device, queue, m, n, variant.name, split_k)
-    entry = _scratch.get(key)
-    if entry is None:
-        tiles = -(-m // variant.tile_m) * -(-n // variant.tile_n)
-        entry = _scratch[key] = (torch.empty((split_k, m, n), dtype=torch.float32, device=device),
-                                 torch.zeros(tiles, dtype=torch.int32, device=device))
-    return entry
+    tiles = -(-m // variant.tile_m) * -(-n // variant.tile_n)
+    return split_k_workspace(device, (NAME, m, n, variant.name, split_k), (split_k, m, n), tiles)
 
 
 class _Launch:
@@ -91,13 +86,12 @@ def _build_runner(m, n, k, device, plan, fallback):
     main, without_shuffle = _Launch(module, m, n, k, plan), _Launch(module, m, n, k, fallback)
     cols = scale_cols(k)
     # The current queue's scratch now, so the first call launches nothing but the GEMM.
-    scratch_for(device, runtime.current_queue_handle(device), m, n, main.variant, main.split_k)
+    scratch_for(device, m, n, main.variant, main.split_k)
 
     def run(a, b_q, b_shuffle, b_scale_sh):
         use = main if b_shuffle is not None or not main.variant.b_shuffled else without_shuffle
         b = b_shuffle if use.variant.b_shuffled else b_q
-        partials, counters = scratch_for(device, runtime.current_queue_handle(device), m, n, use.variant,
-                                         use.split_k)
+        partials, counters = scratch_for(device, m, n, use.variant, use.split_k)
         c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
         use.launch(use.grid, use.block, 0, a, b, b_scale_sh, c, partials, counters, m, n, k, cols, use.split_k)
         return c

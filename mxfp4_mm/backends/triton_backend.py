@@ -2,13 +2,15 @@
 
 Portable fallback: native scaled MFMA on gfx950, emulated (fp4 -> bf16 MMA) on Hopper.
 Plans come from `tables/triton_plans.py` per kernel arch and shape, else from `general_plan`.
-The split-K workspace and per-tile counters belong to the runner (allocated once, never derived
-from input data); calls of one runner must therefore not run concurrently on two queues.
+The split-K workspace and per-tile counters come from `scratch.split_k_workspace`, one per
+(device, current queue, shape, plan): calls on two queues never share them.
 """
 
 import collections
 
 import torch
+
+from ..scratch import split_k_workspace
 
 NAME = "triton"
 
@@ -70,14 +72,14 @@ def make_launcher(m, n, k, device, plan: Plan, a_prequantized=False):
     split_k, steps = split_k_steps(-(-k // plan.block_k), plan.split_k)
     tiles = -(-m // plan.block_m) * -(-n // plan.block_n)
     grid = (tiles, split_k)
-    partial = torch.empty(split_k * tiles * plan.block_m * plan.block_n if split_k > 1 else 1,
-                          dtype=torch.float32, device=device)
-    counters = torch.zeros(tiles, dtype=torch.int32, device=device)  # the kernel leaves them at 0
+    partials_shape = (split_k * tiles * plan.block_m * plan.block_n if split_k > 1 else 1,)
+    workspace_key = (NAME, m, n, k, plan, a_prequantized)
     constants = dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, USE_SPLIT_K=split_k > 1,
                      A_PREQUANTIZED=a_prequantized, num_warps=plan.num_warps, num_stages=plan.num_stages)
     kernel = triton_kernels.mxfp4_gemm_kernel[grid]
 
     def launch(a, a_scales, b_q, b_scale_sh, out):
+        partial, counters = split_k_workspace(device, workspace_key, partials_shape, tiles)
         kernel(a, a_scales, b_q, b_scale_sh, out, partial, counters, m, n, k, b_scale_sh.shape[1],
                split_k, steps, tiles, **constants)
 
