@@ -10,3 +10,4 @@ if [ "${TUNE:-1}" = 1 ]; then
   cp mxfp4_mm/tables/cuda_plans.py "$OUT/"
   python3 tools/bench_cuda.py --reps 200 2>&1 | tee "$OUT/bench_after.log"
 fi
+python3 tools/diag_cuda.py 2>&1 | tee "$OUT/diag.log"

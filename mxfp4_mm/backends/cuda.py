@@ -45,7 +45,7 @@ def smem_bytes(m: int, n: int, k: int, plan: Plan) -> int:
     bn = plan.wn * plan.nt * 16
     b = chw * plan.nt * 2 * threads * 16
     a = plan.bm // 8 * ch_max * 2048
-    s = -(-bn * ch_max * 4 // 16) * 16
+    s = -(-chw * plan.nt * 2 * threads // 16) * 16
     partial = plan.wk * plan.bm * (bn + 4) * 4
     return max(b + a + s, partial)
 
@@ -59,7 +59,8 @@ def is_valid(m: int, n: int, k: int, plan: Plan) -> bool:
     ch_max = -(-chunks(k) // plan.split_k)
     return (plan.bm % 8 == 0 and 8 <= plan.bm <= 256 and 1 <= plan.split_k <= min(8, chunks(k))
             and 32 <= threads <= 1024 and plan.nt * plan.bm // 8 * 4 <= 128
-            and -(-ch_max // plan.wk) <= 32 and smem_bytes(m, n, k, plan) <= MAX_SMEM)
+            and -(-ch_max // plan.wk) <= 32 and -(-ch_max // plan.wk) * plan.nt * 2 <= 64
+            and smem_bytes(m, n, k, plan) <= MAX_SMEM)
 
 
 def compile_options(m: int, n: int, k: int, plan: Plan) -> tuple:
