@@ -52,6 +52,8 @@ constexpr int MT = BM / 8;                              // 8-column MMA tiles al
 constexpr int BN = WN * NT * 16;
 constexpr int NWARPS = WN * WK;
 constexpr int NTHREADS = NWARPS * 32;
+// 4-word loop unrolled for ILP, unless the accumulators already fill the register file.
+constexpr int WORD_UNROLL = NT * MT >= 16 ? 1 : 4;
 
 // Shared memory: B pieces (each thread reads back only what it copied), A fragments, B scales;
 // after the MMAs the same space holds the fp32 partial tiles.
@@ -190,6 +192,16 @@ __device__ __forceinline__ void quantize8(uint4 raw, u32 (&r)[4], int& e) {
     }
 }
 
+// The 8 values as MMA operand pairs (x_a, x_{a+4}) * 2^(sa-127) * 2^63 (see the top of the file).
+__device__ __forceinline__ uint4 quantize_fragment(uint4 raw) {
+    u32 rq[4];
+    int e;
+    quantize8(raw, rq, e);
+    const u32 fold = (u32)min(e + 190, 254) * 0x00800080u;  // 2^(e+63) in both halves
+    return make_uint4(mul_bf16x2(rq[0], fold), mul_bf16x2(rq[1], fold), mul_bf16x2(rq[2], fold),
+                      mul_bf16x2(rq[3], fold));
+}
+
 // e2m1 code of a rounded bf16 value r (16 bits), with x's sign bit (debug path).
 __device__ __forceinline__ u32 e2m1_code(u32 r, u32 x_sign) {
     const float q = __uint_as_float((r & 0x7FFFu) << 16);
@@ -289,21 +301,19 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
         }
     }
 
-    // 4. A: quantize the raw rows staged in shared memory in place, into MMA-ready fragments.
+    // 4. A: quantize the raw rows staged in shared memory in place, into MMA-ready fragments;
+    // two tasks per iteration so their dependent chains (loads, shuffles, rounding) overlap.
     cp_async_wait<(CHW < 7 ? CHW : 7)>();  // this thread's A group (groups complete in order)
 #pragma unroll 1
-    for (int task = warp; task < a_tasks; task += NWARPS) {
-        u8* const slot = a_smem + a_fragment_offset(task, chunks, lane);
-        u32 rq[4];
-        int e;
-        quantize8(*reinterpret_cast<const uint4*>(slot), rq, e);
-        const u32 fold = (u32)min(e + 190, 254) * 0x00800080u;  // 2^(e+63) in both halves
-        uint4 packed;
-        packed.x = mul_bf16x2(rq[0], fold);
-        packed.y = mul_bf16x2(rq[1], fold);
-        packed.z = mul_bf16x2(rq[2], fold);
-        packed.w = mul_bf16x2(rq[3], fold);
-        *reinterpret_cast<uint4*>(slot) = packed;
+    for (int task = warp; task < a_tasks; task += 2 * NWARPS) {
+        const bool has_second = task + NWARPS < a_tasks;  // warp-uniform
+        uint4* const first = reinterpret_cast<uint4*>(a_smem + a_fragment_offset(task, chunks, lane));
+        uint4* const second = has_second
+            ? reinterpret_cast<uint4*>(a_smem + a_fragment_offset(task + NWARPS, chunks, lane)) : first;
+        const uint4 raw_first = *first, raw_second = *second;
+        const uint4 q_first = quantize_fragment(raw_first), q_second = quantize_fragment(raw_second);
+        *first = q_first;
+        if (has_second) *second = q_second;
     }
 #pragma unroll
     for (int q = 0; q < S_PER_THREAD; ++q) s_smem[q * NTHREADS + tid] = (u8)s_val[q];
@@ -341,7 +351,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                 wb[nt][h] = *reinterpret_cast<const uint4*>(b_smem + ((j * NT + nt) * 2 + h) * NTHREADS * 16 + tid * 16);
                 mult[nt][h] = b_scale_multiplier(s_smem[((j * NT + nt) * 2 + h) * NTHREADS + tid]);
             }
-#pragma unroll 1
+#pragma unroll WORD_UNROLL
         for (int i = 0; i < 4; ++i) {  // word i of each piece; the words rotate through .x
             u32 bf[NT][2][4];
 #pragma unroll
@@ -392,7 +402,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     for (int f = f_begin + tid; f < f_end; f += NTHREADS) {
         const int ml = f / (BN / 4), nl = (f % (BN / 4)) * 4;
         float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 1
+#pragma unroll
         for (int s = 0; s < SPLITK; ++s)
 #pragma unroll
             for (int w = 0; w < WK; ++w) {
