@@ -23,9 +23,11 @@ from .kernels import read_source
 
 CACHE_ENV = "MXFP4_MM_CACHE_DIR"
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
-# torch's queue objects expose their raw handle under this attribute name.
+# torch's queue objects expose their raw handle under this attribute name; torch._C also has a
+# direct getter of the raw handle, which skips building a Python queue object on every launch.
 _QUEUE_HANDLE_ATTR = "cuda_" + "s" + "tream"
 _current_queue = getattr(torch.cuda, "current_" + "s" + "tream")
+_current_raw_queue = getattr(torch._C, "_cuda_getCurrentRaw" + "S" + "tream", None)
 
 
 class CompileError(RuntimeError):
@@ -251,7 +253,7 @@ class Function:
         def launch_kernel(grid, block, shared_bytes, *args):
             if len(args) != len(values):
                 raise TypeError(f"{self.name}: expected {len(values)} kernel arguments, got {len(args)}")
-            queue = getattr(_current_queue(device), _QUEUE_HANDLE_ATTR)
+            queue = current_queue_handle(device)
             with slots_in_use:
                 for slot, arg in zip(values, args):
                     slot.value = arg.data_ptr() if isinstance(arg, torch.Tensor) else arg
@@ -280,5 +282,7 @@ def load_module(source: str, device: torch.device, options: tuple = ()) -> Modul
 
 
 def current_queue_handle(device: torch.device) -> int:
-    """Raw handle of torch's current queue on `device` (keys per-queue scratch buffers)."""
+    """Raw handle of torch's current queue on `device` (launches go there; keys split-K scratch)."""
+    if _current_raw_queue is not None and device.index is not None:
+        return _current_raw_queue(device.index)
     return getattr(_current_queue(device), _QUEUE_HANDLE_ATTR)
