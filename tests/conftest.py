@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mxfp4_mm import spec
+from mxfp4_mm import bench, spec
 
 HAS_GPU = torch.cuda.is_available()
 RTOL = ATOL = 1e-2  # the harness's tolerance
@@ -18,12 +18,7 @@ def pytest_collection_modifyitems(config, items):
 
 def make_inputs(m, n, k, seed=0, device="cpu"):
     """(A, B, B_q, B_shuffle, B_scale_sh) as generate_input makes them, with the spec's quantizer."""
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed)
-    a = torch.randn((m, k), dtype=torch.bfloat16, device=device, generator=gen)
-    b = torch.randn((n, k), dtype=torch.bfloat16, device=device, generator=gen)
-    b_q, b_scale = spec.quantize_mxfp4(b)
-    return a, b, b_q, spec.shuffle_weight(b_q), spec.e8m0_shuffle(b_scale)
+    return bench.generate_input(m, n, k, seed, device)
 
 
 def reference_output(data):
