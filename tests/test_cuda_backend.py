@@ -28,6 +28,13 @@ def test_table_covers_task_shapes_with_valid_plans():
         assert cuda.is_valid(*shape, cuda.Plan(*PLANS[shape])), (shape, PLANS[shape])
 
 
+def test_v5_grid_pads_n_tiles_to_whole_clusters():
+    plan = cuda.Plan(16, 2, 1, 2, 2, 4)  # BN 32: 15 tiles -> 16, times split 2
+    assert cuda.grid(16, 480, plan) == (32, 1, 1)
+    assert cuda.grid(16, 480, plan._replace(cn=1)) == (15, 2, 1)
+    assert not cuda.is_valid(16, 480, 1600, plan._replace(cn=8))  # cluster of 16
+
+
 def test_general_plan_is_valid_for_random_shapes():
     rng = random.Random(0)
     for _ in range(200):
@@ -69,7 +76,13 @@ def test_odd_shapes(m, n, k):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("plan", [(8, 1, 1, 1, 1), (8, 2, 2, 2, 2), (16, 3, 1, 4, 8), (24, 1, 3, 2, 3),
-                                  (64, 4, 2, 1, 4), (128, 2, 1, 1, 2)])
+                                  (64, 4, 2, 1, 4), (128, 2, 1, 1, 2),
+                                  # v5: N tiles sharing A through the cluster (incl. padded tiles)
+                                  (8, 1, 1, 1, 1, 2), (8, 2, 2, 2, 2, 4), (24, 1, 3, 2, 3, 2),
+                                  (64, 4, 2, 1, 4, 2), (16, 1, 1, 2, 1, 8),
+                                  # v5: a ring of B chunk slots per thread (with and without cn)
+                                  (8, 1, 1, 1, 1, 1, 2), (8, 2, 2, 2, 2, 1, 3), (24, 1, 3, 2, 3, 2, 2),
+                                  (64, 2, 3, 1, 2, 2, 2)])
 def test_plans_and_split_k(plan):
     if not _hopper():
         pytest.skip("needs sm_90")

@@ -20,8 +20,9 @@ MAX_SMEM = 227 * 1024
 _MAX_DYNAMIC_SHARED_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 # bm: rows of M per CTA; wn: warps along N; nt: 16-row N tiles per warp; wk: warps along K;
-# split_k: CTAs along K (one cluster, at most 8).
-Plan = collections.namedtuple("Plan", "bm wn nt wk split_k")
+# split_k: CTAs along K (one cluster); cn: neighbouring N tiles quantizing A together (v5 when > 1;
+# cluster size cn * split_k, at most 8); ring: B chunks in flight per thread (v5 when > 0; 0 = all).
+Plan = collections.namedtuple("Plan", "bm wn nt wk split_k cn ring", defaults=(1, 0))
 
 
 def is_available(device: torch.device) -> bool:
@@ -38,12 +39,17 @@ def chunks(k: int) -> int:
     return -(-k // 128)
 
 
+def chunks_per_warp(k: int, plan: Plan) -> int:
+    return -(-(-(-chunks(k) // plan.split_k)) // plan.wk)
+
+
 def smem_bytes(m: int, n: int, k: int, plan: Plan) -> int:
     threads = plan.wn * plan.wk * 32
     ch_max = -(-chunks(k) // plan.split_k)
-    chw = -(-ch_max // plan.wk)
+    chw = chunks_per_warp(k, plan)
     bn = plan.wn * plan.nt * 16
-    b = chw * plan.nt * 2 * threads * 16
+    b_slots = min(chw, plan.ring) if plan.ring else chw
+    b = b_slots * plan.nt * 2 * threads * 16
     a = plan.bm // 8 * ch_max * 2048
     s = -(-chw * plan.nt * 2 * threads // 16) * 16
     partial = plan.wk * plan.bm * (bn + 4) * 4
@@ -51,13 +57,17 @@ def smem_bytes(m: int, n: int, k: int, plan: Plan) -> int:
 
 
 def grid(m: int, n: int, plan: Plan):
-    return (-(-n // (plan.wn * plan.nt * 16)), plan.split_k, -(-m // plan.bm))
+    n_tiles, m_tiles = -(-n // (plan.wn * plan.nt * 16)), -(-m // plan.bm)
+    if plan.cn > 1:  # v5: 1-D clusters of cn N tiles x split_k along x (tiles padded to cn)
+        return (-(-n_tiles // plan.cn) * plan.cn * plan.split_k, 1, m_tiles)
+    return (n_tiles, plan.split_k, m_tiles)
 
 
 def is_valid(m: int, n: int, k: int, plan: Plan) -> bool:
     threads = plan.wn * plan.wk * 32
     ch_max = -(-chunks(k) // plan.split_k)
     return (plan.bm % 8 == 0 and 8 <= plan.bm <= 256 and 1 <= plan.split_k <= min(8, chunks(k))
+            and plan.cn >= 1 and plan.cn * plan.split_k <= 8 and plan.ring >= 0
             and 32 <= threads <= 1024 and plan.nt * plan.bm // 8 * 4 <= 128
             and -(-ch_max // plan.wk) <= 32 and -(-ch_max // plan.wk) * plan.nt * 2 <= 64
             and smem_bytes(m, n, k, plan) <= MAX_SMEM)
@@ -65,6 +75,10 @@ def is_valid(m: int, n: int, k: int, plan: Plan) -> bool:
 
 def compile_options(m: int, n: int, k: int, plan: Plan) -> tuple:
     values = dict(GM=m, GN=n, GK=k, BM=plan.bm, WN=plan.wn, NT=plan.nt, WK=plan.wk, SPLITK=plan.split_k)
+    if plan.cn > 1:
+        values["CN"] = plan.cn
+    if plan.ring > 0:
+        values["RING"] = plan.ring
     return tuple(f"-D{key}={value}" for key, value in values.items())
 
 

@@ -14,9 +14,14 @@
 // (j, j+4): that makes the B conversion a few shifts and masks.
 // Split-K runs across the CTAs of one thread-block cluster; partial tiles are summed in rank
 // order through distributed shared memory (deterministic; no scratch, no counters).
+// With CN > 1 (v5) the cluster also spans CN neighbouring N tiles that share one A slab: each
+// CTA quantizes 1/CN of it and stores the fragments into every peer, so A is quantized once
+// per cluster instead of once per N tile.
 //
 // Compile-time configuration (-D): GM GN GK (shape), BM (rows of M per CTA, multiple of 8),
-// WN (warps along N), NT (16-row N tiles per warp), WK (warps along K), SPLITK (cluster size).
+// WN (warps along N), NT (16-row N tiles per warp), WK (warps along K), SPLITK (CTAs along K),
+// CN (N tiles sharing A; cluster size CN * SPLITK), RING (B chunks in flight per thread, v5; 0 =
+// all of a warp's chunks at once, v4).
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -42,6 +47,12 @@ typedef unsigned char u8;
 #ifndef SPLITK
 #define SPLITK 1
 #endif
+#ifndef CN
+#define CN 1
+#endif
+#ifndef RING
+#define RING 0
+#endif
 
 constexpr int KBLOCKS = GK / 32;                        // scale blocks per row
 constexpr int SCOLS = (KBLOCKS + 7) / 8 * 8;            // columns of the shuffled scale tensor
@@ -57,7 +68,11 @@ constexpr int WORD_UNROLL = NT * MT >= 16 ? 1 : 4;
 
 // Shared memory: B pieces (each thread reads back only what it copied), A fragments, B scales;
 // after the MMAs the same space holds the fp32 partial tiles.
-constexpr int B_SMEM = CHW * NT * 2 * NTHREADS * 16;
+// B pieces are private to the thread that copies them, so a ring of B_SLOTS chunk slots needs no
+// barrier: a thread refills a slot only after its own conversions consumed it.
+constexpr int B_SLOTS = RING == 0 || RING >= CHW ? CHW : RING;
+constexpr bool B_RING = B_SLOTS < CHW;
+constexpr int B_SMEM = B_SLOTS * NT * 2 * NTHREADS * 16;
 constexpr int A_SMEM = MT * CH_MAX * 2048;
 constexpr int S_PER_THREAD = CHW * NT * 2;                 // scale bytes each thread uses
 constexpr int S_SMEM = (S_PER_THREAD * NTHREADS + 15) / 16 * 16;
@@ -67,6 +82,7 @@ constexpr int P_SMEM = WK * BM * P_STRIDE * 4;
 
 static_assert(BM % 8 == 0 && BM <= 256, "BM");
 static_assert(CHW <= 32 && S_PER_THREAD <= 64, "too many chunks per warp");
+static_assert(CN >= 1 && CN * SPLITK <= 8, "cluster size");
 
 // ---- small helpers -----------------------------------------------------------------------
 
@@ -219,21 +235,44 @@ __device__ __forceinline__ int a_fragment_offset(int task, int chunks, int lane)
     return (((ml >> 3) * CH_MAX + lc) * 4 + (lane >> 3)) * 512 + ((ml & 7) * 4 + (lane & 3)) * 16;
 }
 
-#if SPLITK > 1
+#if SPLITK > 1 || CN > 1
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ float4 ld_cluster_f4(u32 local_addr, u32 rank) {
+__device__ __forceinline__ u32 cluster_addr(u32 local_addr, u32 rank) {
     u32 remote;
-    float4 v;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local_addr), "r"(rank));
+    return remote;
+}
+__device__ __forceinline__ float4 ld_cluster_f4(u32 local_addr, u32 rank) {
+    float4 v;
     asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(cluster_addr(local_addr, rank)) : "memory");
     return v;
 }
+#endif
+#if CN > 1
+// v5: a 1-D cluster of CN * SPLITK CTAs along x; rank = n_rank * SPLITK + split.
+__device__ __forceinline__ void st_cluster_u4(u32 local_addr, u32 rank, uint4 v) {
+    asm volatile("st.shared::cluster.v4.u32 [%0], {%1,%2,%3,%4};\n"
+                 :: "r"(cluster_addr(local_addr, rank)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+#define CLUSTER_ATTR __cluster_dims__(CN * SPLITK, 1, 1)
+constexpr int CLUSTER = CN * SPLITK;
+__device__ __forceinline__ int cta_split() { return (int)(blockIdx.x % CLUSTER) % SPLITK; }
+__device__ __forceinline__ int cta_n_rank() { return (int)(blockIdx.x % CLUSTER) / SPLITK; }
+__device__ __forceinline__ int cta_n_tile() { return (int)(blockIdx.x / CLUSTER) * CN + cta_n_rank(); }
+__device__ __forceinline__ u32 split_peer_rank(int s) { return (u32)(cta_n_rank() * SPLITK + s); }
+#else
+#if SPLITK > 1
 #define CLUSTER_ATTR __cluster_dims__(1, SPLITK, 1)
 #else
 #define CLUSTER_ATTR
+#endif
+__device__ __forceinline__ int cta_split() { return (int)blockIdx.y; }
+__device__ __forceinline__ int cta_n_rank() { return 0; }
+__device__ __forceinline__ int cta_n_tile() { return (int)blockIdx.x; }
+__device__ __forceinline__ u32 split_peer_rank(int s) { return (u32)s; }
 #endif
 
 extern "C" __global__ void __launch_bounds__(NTHREADS) CLUSTER_ATTR
@@ -247,16 +286,22 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wn = warp % WN, wk = warp / WN;
     const int g = lane >> 2, t = lane & 3;
-    const int n0 = blockIdx.x * BN;
-    const int split = blockIdx.y;
+    const int n0 = cta_n_tile() * BN;
+    const int split = cta_split();
+#if CN > 1
+    // Peers write into this CTA's shared memory below: make sure every CTA has started.
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
     const int m0 = blockIdx.z * BM;
     const int chunk_begin = split * NCHUNK / SPLITK;
     const int chunks = (split + 1) * NCHUNK / SPLITK - chunk_begin;
 
     // 1. A rows of this K range, raw bf16, each 16 bytes staged where its fragment will live.
+    // This CTA's share of the tasks: every CN-th group of NWARPS.
     const int a_tasks = (BM / 2) * chunks;
+    const int a_task0 = cta_n_rank() * NWARPS + warp;
 #pragma unroll 1
-    for (int task = warp; task < a_tasks; task += NWARPS) {
+    for (int task = a_task0; task < a_tasks; task += NWARPS * CN) {
         const int mp = task / chunks, lc = task - mp * chunks;
         const int gm = m0 + 2 * mp + ((lane >> 2) & 1);
         const int k = (chunk_begin + lc) * 128 + 32 * t + 8 * (lane >> 3);
@@ -266,25 +311,28 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     }
     cp_async_commit();
 
-    // 2. B codes: every thread copies the 16-byte pieces it will consume, one group per chunk.
+    // 2. B codes: every thread copies the 16-byte pieces it will consume, one group per chunk
+    // (the first B_SLOTS chunks now; with a ring, the rest as slots free up in step 5).
     // Loops over chunks stay rolled: right after the harness's L2 flush every instruction-cache
     // line is a DRAM round trip, so the executed code must stay small.
-#pragma unroll 1
-    for (int j = 0; j < CHW; ++j) {
+    auto copy_b_chunk = [&](int j) {
         const int lc = wk + j * WK;
         const int block = (chunk_begin + lc) * 4 + t;
+        const int slot = B_RING ? j % B_SLOTS : j;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int row = n0 + (wn * NT + nt) * 16 + g + 8 * h;
-                const bool valid = lc < chunks && row < GN && block < KBLOCKS;
+                const bool valid = (!B_RING || j < CHW) && lc < chunks && row < GN && block < KBLOCKS;
                 const u8* src = valid ? b_q + (size_t)row * (GK / 2) + block * 16 : b_q;
-                cp_async16(smem_addr(b_smem + ((j * NT + nt) * 2 + h) * NTHREADS * 16 + tid * 16), src, valid);
+                cp_async16(smem_addr(b_smem + ((slot * NT + nt) * 2 + h) * NTHREADS * 16 + tid * 16), src, valid);
             }
         }
         cp_async_commit();
-    }
+    };
+#pragma unroll 1
+    for (int j = 0; j < B_SLOTS; ++j) copy_b_chunk(j);
 
     // 3. B scales: the bytes this thread's MMAs use (read now, parked in shared memory after the
     // A work). Never the padding: rows < N and blocks < K/32 only.
@@ -303,21 +351,37 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 
     // 4. A: quantize the raw rows staged in shared memory in place, into MMA-ready fragments;
     // two tasks per iteration so their dependent chains (loads, shuffles, rounding) overlap.
-    cp_async_wait<(CHW < 7 ? CHW : 7)>();  // this thread's A group (groups complete in order)
+    cp_async_wait<(B_SLOTS < 7 ? B_SLOTS : 7)>();  // this thread's A group (groups complete in order)
+#if CN > 1
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+#endif
 #pragma unroll 1
-    for (int task = warp; task < a_tasks; task += 2 * NWARPS) {
-        const bool has_second = task + NWARPS < a_tasks;  // warp-uniform
+    for (int task = a_task0; task < a_tasks; task += 2 * NWARPS * CN) {
+        const bool has_second = task + NWARPS * CN < a_tasks;  // warp-uniform
         uint4* const first = reinterpret_cast<uint4*>(a_smem + a_fragment_offset(task, chunks, lane));
         uint4* const second = has_second
-            ? reinterpret_cast<uint4*>(a_smem + a_fragment_offset(task + NWARPS, chunks, lane)) : first;
+            ? reinterpret_cast<uint4*>(a_smem + a_fragment_offset(task + NWARPS * CN, chunks, lane)) : first;
         const uint4 raw_first = *first, raw_second = *second;
         const uint4 q_first = quantize_fragment(raw_first), q_second = quantize_fragment(raw_second);
+#if CN > 1
+#pragma unroll
+        for (int r = 0; r < CN; ++r) {  // same slot in every CTA of this split
+            const u32 rank = (u32)(r * SPLITK + split);
+            st_cluster_u4(smem_addr(first), rank, q_first);
+            if (has_second) st_cluster_u4(smem_addr(second), rank, q_second);
+        }
+#else
         *first = q_first;
         if (has_second) *second = q_second;
+#endif
     }
 #pragma unroll
     for (int q = 0; q < S_PER_THREAD; ++q) s_smem[q * NTHREADS + tid] = (u8)s_val[q];
+#if CN > 1
+    cluster_sync();  // every peer's A fragments have landed here
+#else
     __syncthreads();
+#endif
 
     // 5. MMAs over this warp's chunks.
     float acc[NT][MT][4];
@@ -332,15 +396,19 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     for (int j = 0; j < CHW; ++j) {
         const int lc = wk + j * WK;
         if (lc >= chunks) break;
-        switch (CHW - 1 - j) {  // wait for this chunk's group (groups complete in order)
-            case 0: cp_async_wait<0>(); break;
-            case 1: cp_async_wait<1>(); break;
-            case 2: cp_async_wait<2>(); break;
-            case 3: cp_async_wait<3>(); break;
-            case 4: cp_async_wait<4>(); break;
-            case 5: cp_async_wait<5>(); break;
-            case 6: cp_async_wait<6>(); break;
-            default: cp_async_wait<7>(); break;
+        if (B_RING) {  // one refill group per earlier iteration, so always B_SLOTS - 1 after this chunk's
+            cp_async_wait<(B_RING ? B_SLOTS - 1 : 0)>();
+        } else {
+            switch (CHW - 1 - j) {  // wait for this chunk's group (groups complete in order)
+                case 0: cp_async_wait<0>(); break;
+                case 1: cp_async_wait<1>(); break;
+                case 2: cp_async_wait<2>(); break;
+                case 3: cp_async_wait<3>(); break;
+                case 4: cp_async_wait<4>(); break;
+                case 5: cp_async_wait<5>(); break;
+                case 6: cp_async_wait<6>(); break;
+                default: cp_async_wait<7>(); break;
+            }
         }
         uint4 wb[NT][2];
         u32 mult[NT][2];
@@ -348,7 +416,8 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                wb[nt][h] = *reinterpret_cast<const uint4*>(b_smem + ((j * NT + nt) * 2 + h) * NTHREADS * 16 + tid * 16);
+                wb[nt][h] = *reinterpret_cast<const uint4*>(
+                    b_smem + (((B_RING ? j % B_SLOTS : j) * NT + nt) * 2 + h) * NTHREADS * 16 + tid * 16);
                 mult[nt][h] = b_scale_multiplier(s_smem[((j * NT + nt) * 2 + h) * NTHREADS + tid]);
             }
 #pragma unroll WORD_UNROLL
@@ -375,6 +444,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                 }
             }
         }
+        if (B_RING) copy_b_chunk(j + B_SLOTS);  // this slot's words are all consumed
     }
     cp_async_wait<0>();
     __syncthreads();  // operand space becomes the partial-tile space
@@ -408,7 +478,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
             for (int w = 0; w < WK; ++w) {
                 const float* p = part + (w * BM + ml) * P_STRIDE + nl;
 #if SPLITK > 1
-                const float4 v = ld_cluster_f4(smem_addr(p), s);
+                const float4 v = ld_cluster_f4(smem_addr(p), split_peer_rank(s));
 #else
                 const float4 v = *reinterpret_cast<const float4*>(p);
 #endif
