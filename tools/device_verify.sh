@@ -8,11 +8,11 @@ LOG="$OUT/verify.log"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
   echo "== pytest -m gpu tests/ (xdist)"
-  timeout "${TESTS_S:-200}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider tests/ 2>&1 | tail -25
-  echo "== python eval.py --budget-s 1 (harness, local mode, GPU)"
-  timeout 90 python3 eval.py --budget-s 1 2>&1 | tail -14
+  timeout "${TESTS_S:-170}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider tests/ 2>&1 | tail -25
+  echo "== python eval.py --mode test (harness, local mode, GPU)"
+  timeout 40 python3 eval.py --mode test 2>&1 | tail -8
   echo "== bench"
-  timeout "${BENCH_S:-150}" python3 -m mxfp4_mm.bench --out bench/results 2>&1 | tail -30
+  timeout "${BENCH_S:-110}" python3 -m mxfp4_mm.bench --reps 60 --out bench/results 2>&1 | tail -30
 } > "$LOG" 2>&1
 tar czf "$OUT/results.tgz" bench/results
 tail -80 "$LOG"
