@@ -35,13 +35,20 @@ _device_kinds = {}
 _last_backend = [None]
 
 
+def kernel_arch(device: torch.device) -> str:
+    """The GPU's code-object target: "gfx950", "sm_90", ..."""
+    props = torch.cuda.get_device_properties(device)
+    if torch.version.hip:
+        return props.gcnArchName.split(":")[0]
+    return f"sm_{props.major}{props.minor}"
+
+
 def device_kind(device: torch.device) -> str:
     if device.type != "cuda":
         return "cpu"
     if device not in _device_kinds:
         if torch.version.hip:
-            arch = torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
-            _device_kinds[device] = "gfx950" if arch == "gfx950" else "rocm"
+            _device_kinds[device] = "gfx950" if kernel_arch(device) == "gfx950" else "rocm"
         else:
             _device_kinds[device] = "nvidia"
     return _device_kinds[device]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from .dispatch import kernel_arch  # noqa: F401  (tools use runtime.kernel_arch)
 from .kernels import read_source
 
 CACHE_ENV = "MXFP4_MM_CACHE_DIR"
@@ -122,13 +123,6 @@ def is_available(device: torch.device) -> bool:
         return True
     except (OSError, AttributeError):
         return False
-
-
-def kernel_arch(device: torch.device) -> str:
-    props = torch.cuda.get_device_properties(device)
-    if torch.version.hip:
-        return props.gcnArchName.split(":")[0]
-    return f"sm_{props.major}{props.minor}"
 
 
 def _headers_of(source: str, headers: dict) -> dict:

@@ -10,6 +10,7 @@ import collections
 
 import torch
 
+from ..dispatch import kernel_arch
 from ..scratch import split_k_workspace
 
 NAME = "triton"
@@ -26,13 +27,6 @@ def is_available(device: torch.device) -> bool:
     except ImportError:
         return False
     return hasattr(tl, "dot_scaled")
-
-
-def kernel_arch(device: torch.device) -> str:
-    props = torch.cuda.get_device_properties(device)
-    if torch.version.hip:
-        return props.gcnArchName.split(":")[0]
-    return f"sm_{props.major}{props.minor}"
 
 
 def _next_pow2(x: int) -> int:
