@@ -6,6 +6,8 @@ Order by device (first that builds a runner wins; a failure warns once and falls
   NVIDIA:            cuda -> triton -> torch
   CPU:               torch
 MXFP4_MM_BACKEND=name forces one backend (errors are raised, not hidden).
+Each backend's first call for a shape is checked against the spec's reference GEMM; a backend
+that disagrees is dropped like one that fails to build (MXFP4_MM_VERIFY_FIRST_CALL=0 skips this).
 """
 
 import importlib
@@ -28,6 +30,7 @@ ORDER_BY_DEVICE_KIND = {
     "cpu": ("torch",),
 }
 FORCE_ENV = "MXFP4_MM_BACKEND"
+VERIFY_ENV = "MXFP4_MM_VERIFY_FIRST_CALL"  # "0" skips the first-call check against the reference
 
 _runners = {}          # (device, m, n, k) -> (backend name, runner)
 _broken = set()        # (backend name, device) that failed once
@@ -67,6 +70,22 @@ def candidate_backends(device: torch.device):
     return ORDER_BY_DEVICE_KIND[device_kind(device)]
 
 
+class WrongResult(RuntimeError):
+    pass
+
+
+def _check_against_reference(name, out, m, n, k, a, b_q, b_shuffle, b_scale_sh):
+    """The first call of a backend for a shape is compared with the spec's GEMM (the harness's
+    tolerance), so a kernel that is wrong on this machine (e.g. never run on this GPU before) is
+    dropped instead of returning wrong numbers. Costs one reference GEMM per shape, once."""
+    from . import spec
+    ref = spec.reference_gemm(a, b_q, spec.e8m0_unshuffle(b_scale_sh, n, k // spec.SCALE_BLOCK))
+    if not torch.allclose(out.float(), ref.float(), rtol=1e-2, atol=1e-2, equal_nan=True):
+        worst = (out.float() - ref.float()).abs().nan_to_num(float("inf")).max().item()
+        raise WrongResult(f"{name} disagrees with the reference on its first call for "
+                          f"M={m} N={n} K={k} (max abs error {worst:.3g})")
+
+
 def _try_backend(name, device, m, n, k, args):
     """Build the runner and run it once; None (after one warning) if anything fails."""
     try:
@@ -74,7 +93,10 @@ def _try_backend(name, device, m, n, k, args):
         if not backend.is_available(device):
             return None
         runner = backend.make_runner(m, n, k, device)
-        return runner, runner(*args)
+        out = runner(*args)
+        if name != "torch" and os.environ.get(VERIFY_ENV, "1") != "0":
+            _check_against_reference(name, out, m, n, k, *args)
+        return runner, out
     except Exception as exc:  # a backend that cannot build or run must not break the call
         if os.environ.get(FORCE_ENV):
             raise

@@ -132,3 +132,28 @@ def test_dispatcher_picks_torch_on_cpu_and_reports_it():
     dispatch.reset()
     mxfp4_mm.custom_kernel(tuple(_good()))
     assert mxfp4_mm.last_backend_name() == "torch"
+
+
+def test_a_backend_that_disagrees_with_the_reference_is_dropped(monkeypatch):
+    """The dispatcher's first-call check: a wrong backend warns once and the next one serves."""
+    import types
+    wrong = types.SimpleNamespace(
+        is_available=lambda device: True,
+        make_runner=lambda m, n, k, device: lambda a, b_q, b_shuffle, b_scale_sh: torch.zeros(
+            (m, n), dtype=torch.bfloat16))
+    real_load = dispatch.load_backend
+    monkeypatch.setattr(dispatch, "load_backend", lambda name: wrong if name == "wrong" else real_load(name))
+    monkeypatch.setitem(dispatch.ORDER_BY_DEVICE_KIND, "cpu", ("wrong", "torch"))
+    data = make_inputs(4, 32, 128, seed=7)
+
+    dispatch.reset()
+    with pytest.warns(RuntimeWarning, match="'wrong'.*WrongResult.*disagrees with the reference"):
+        out = mxfp4_mm.custom_kernel(data)
+    assert mxfp4_mm.last_backend_name() == "torch"
+    assert_harness_close(out, reference_output(data))
+
+    monkeypatch.setenv(dispatch.VERIFY_ENV, "0")  # without the check the wrong backend would serve
+    dispatch.reset()
+    assert mxfp4_mm.custom_kernel(data).eq(0).all()
+    assert mxfp4_mm.last_backend_name() == "wrong"
+    dispatch.reset()
