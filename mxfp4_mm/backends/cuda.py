@@ -92,16 +92,17 @@ def plan_for(m: int, n: int, k: int, device: torch.device) -> Plan:
 
 # ---- launch ---------------------------------------------------------------------------------
 
-def _module(m, n, k, device, plan):
-    return runtime.load_module(read_source(SOURCE), device, compile_options(m, n, k, plan))
+def _module(m, n, k, device, plan, extra_options=()):
+    return runtime.load_module(read_source(SOURCE), device, compile_options(m, n, k, plan) + tuple(extra_options))
 
 
-def make_launcher(m: int, n: int, k: int, device: torch.device, plan: Plan):
-    """launch(a, b_q, b_scale_sh, out): one kernel launch writing out [m, n]."""
+def make_launcher(m: int, n: int, k: int, device: torch.device, plan: Plan, extra_options=()):
+    """launch(a, b_q, b_scale_sh, out): one kernel launch writing out [m, n].
+    extra_options: more -D flags (timing experiments, e.g. tools/ablate_cuda.py)."""
     if not is_valid(m, n, k, plan):
         raise ValueError(f"cuda: invalid plan {plan} for M={m} N={n} K={k}")
     device = runtime.normalize_device(device)
-    function = _module(m, n, k, device, plan).function("mxfp4_gemm")
+    function = _module(m, n, k, device, plan, extra_options).function("mxfp4_gemm")
     shared = smem_bytes(m, n, k, plan)
     api = runtime.api_for(device)
     api.check(api.drv.cuFuncSetAttribute(function.handle, _MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
@@ -115,8 +116,8 @@ def make_launcher(m: int, n: int, k: int, device: torch.device, plan: Plan):
     return run
 
 
-def make_runner(m: int, n: int, k: int, device: torch.device, plan: Plan = None):
-    launch = make_launcher(m, n, k, device, plan or plan_for(m, n, k, device))
+def make_runner(m: int, n: int, k: int, device: torch.device, plan: Plan = None, extra_options=()):
+    launch = make_launcher(m, n, k, device, plan or plan_for(m, n, k, device), extra_options)
 
     def run(a, b_q, b_shuffle, b_scale_sh):
         out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)

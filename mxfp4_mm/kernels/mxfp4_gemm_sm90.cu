@@ -53,6 +53,11 @@ typedef unsigned char u8;
 #ifndef RING
 #define RING 0
 #endif
+// Timing experiments only (tools/ablate_cuda.py; results are wrong): bit mask of stages left out.
+// 1 = A quantization, 2 = B nibble conversion, 4 = MMAs, 8 = B global loads.
+#ifndef ABLATE
+#define ABLATE 0
+#endif
 
 constexpr int KBLOCKS = GK / 32;                        // scale blocks per row
 constexpr int SCOLS = (KBLOCKS + 7) / 8 * 8;            // columns of the shuffled scale tensor
@@ -324,7 +329,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int row = n0 + (wn * NT + nt) * 16 + g + 8 * h;
-                const bool valid = (!B_RING || j < CHW) && lc < chunks && row < GN && block < KBLOCKS;
+                const bool valid = !(ABLATE & 8) && (!B_RING || j < CHW) && lc < chunks && row < GN && block < KBLOCKS;
                 const u8* src = valid ? b_q + (size_t)row * (GK / 2) + block * 16 : b_q;
                 cp_async16(smem_addr(b_smem + ((slot * NT + nt) * 2 + h) * NTHREADS * 16 + tid * 16), src, valid);
             }
@@ -362,7 +367,8 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
         uint4* const second = has_second
             ? reinterpret_cast<uint4*>(a_smem + a_fragment_offset(task + NWARPS * CN, chunks, lane)) : first;
         const uint4 raw_first = *first, raw_second = *second;
-        const uint4 q_first = quantize_fragment(raw_first), q_second = quantize_fragment(raw_second);
+        const uint4 q_first = ABLATE & 1 ? raw_first : quantize_fragment(raw_first);
+        const uint4 q_second = ABLATE & 1 ? raw_second : quantize_fragment(raw_second);
 #if CN > 1
 #pragma unroll
         for (int r = 0; r < CN; ++r) {  // same slot in every CTA of this split
@@ -429,18 +435,27 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                 for (int h = 0; h < 2; ++h) {
                     const u32 w = wb[nt][h].x;
                     wb[nt][h] = make_uint4(wb[nt][h].y, wb[nt][h].z, wb[nt][h].w, w);
-                    bf[nt][h][0] = mul_bf16x2(nibble_pair<0>(w), mult[nt][h]);
-                    bf[nt][h][1] = mul_bf16x2(nibble_pair<1>(w), mult[nt][h]);
-                    bf[nt][h][2] = mul_bf16x2(nibble_pair<2>(w), mult[nt][h]);
-                    bf[nt][h][3] = mul_bf16x2(nibble_pair<3>(w), mult[nt][h]);
+                    if (ABLATE & 2) {
+                        bf[nt][h][0] = w; bf[nt][h][1] = w ^ mult[nt][h]; bf[nt][h][2] = ~w; bf[nt][h][3] = w + 1u;
+                    } else {
+                        bf[nt][h][0] = mul_bf16x2(nibble_pair<0>(w), mult[nt][h]);
+                        bf[nt][h][1] = mul_bf16x2(nibble_pair<1>(w), mult[nt][h]);
+                        bf[nt][h][2] = mul_bf16x2(nibble_pair<2>(w), mult[nt][h]);
+                        bf[nt][h][3] = mul_bf16x2(nibble_pair<3>(w), mult[nt][h]);
+                    }
                 }
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
                 const uint4 x = *reinterpret_cast<const uint4*>(a_smem + ((mt * CH_MAX + lc) * 4 + i) * 512 + lane * 16);
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
-                    mma_bf16(acc[nt][mt], bf[nt][0][0], bf[nt][1][0], bf[nt][0][1], bf[nt][1][1], x.x, x.y);
-                    mma_bf16(acc[nt][mt], bf[nt][0][2], bf[nt][1][2], bf[nt][0][3], bf[nt][1][3], x.z, x.w);
+                    if (ABLATE & 4) {  // keep every operand live, one cheap op per MMA
+                        acc[nt][mt][0] += __uint_as_float(bf[nt][0][0] ^ bf[nt][1][0] ^ bf[nt][0][1] ^ bf[nt][1][1] ^ x.x ^ x.y);
+                        acc[nt][mt][1] += __uint_as_float(bf[nt][0][2] ^ bf[nt][1][2] ^ bf[nt][0][3] ^ bf[nt][1][3] ^ x.z ^ x.w);
+                    } else {
+                        mma_bf16(acc[nt][mt], bf[nt][0][0], bf[nt][1][0], bf[nt][0][1], bf[nt][1][1], x.x, x.y);
+                        mma_bf16(acc[nt][mt], bf[nt][0][2], bf[nt][1][2], bf[nt][0][3], bf[nt][1][3], x.z, x.w);
+                    }
                 }
             }
         }
