@@ -1,0 +1,84 @@
+"""Where one call's time goes, per CTA: build the table plan with -DTIMELINE=1 (thread 0 of each
+CTA records %globaltimer at phase boundaries into C; results are not written), run it with the
+harness method (L2 flushed before the call), and print per-phase medians/maxima over CTAs.
+
+    python3 tools/timeline_cuda.py [--reps 5] [--out timeline.json]
+
+Phases: start (CTA start after kernel's first CTA), a_wait (A + first B group landed), quant
+(A quantized + barrier), main (B chunks: convert + MMA), partial (tile to smem + cluster barrier),
+reduce (split-K sum, C store, last barrier), end (CTA end after the first CTA's start).
+"""
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from mxfp4_mm.backends import cuda  # noqa: E402
+from bench_cuda import BENCH_SHAPES, input_sets_for  # noqa: E402
+
+PHASES = ["start", "a_wait", "quant", "main", "partial", "reduce", "end"]
+
+
+def one_call(launch, inputs, m, n, ctas, flush):
+    a, _, b_q, _, b_scale_sh = inputs
+    out = torch.zeros((m, n), dtype=torch.bfloat16, device=a.device)
+    torch.cuda.synchronize()
+    flush.zero_()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    launch(a, b_q, b_scale_sh, out)
+    end.record()
+    torch.cuda.synchronize()
+    marks = out.view(torch.int64).flatten()[: ctas * 16].view(ctas, 16).cpu()
+    return start.elapsed_time(end) * 1e3, marks
+
+
+def summarize(marks):
+    t = marks[:, :6].double()
+    t0 = t[:, 0].min()
+    rows = {"start": (t[:, 0] - t0), "end": (t[:, 5] - t0)}
+    for i, name in enumerate(PHASES[1:6]):
+        rows[name] = t[:, i + 1] - t[:, i]
+    return {k: (statistics.median(v.tolist()) / 1e3, max(v.tolist()) / 1e3) for k, v in rows.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    flush = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device=device)
+    report = []
+    print("µs, median/max over CTAs (last rep)", flush=True)
+    print("shape".ljust(16) + "event".rjust(8) + "".join(p.rjust(13) for p in PHASES), flush=True)
+    for m, n, k in BENCH_SHAPES:
+        sets = input_sets_for(m, n, k)
+        plan = cuda.plan_for(m, n, k, device)
+        launch = cuda.make_launcher(m, n, k, device, plan, ("-DTIMELINE=1",))
+        ctas = 1
+        for d in cuda.grid(m, n, plan):
+            ctas *= d
+        runs = [one_call(launch, sets[i % len(sets)], m, n, ctas, flush) for i in range(args.reps)]
+        event_us = statistics.median(r[0] for r in runs)
+        summary = summarize(runs[-1][1])
+        sms = len(set(runs[-1][1][:, 6].tolist()))
+        report.append({"shape": [m, n, k], "plan": list(plan), "ctas": ctas, "sms": sms, "event_us": event_us,
+                       "phases_us": summary})
+        print(f"{m}x{n}x{k}".ljust(16) + f"{event_us:8.2f}" +
+              "".join(f"{summary[p][0]:6.2f}/{summary[p][1]:<6.2f}" for p in PHASES) + f"  {ctas} CTAs on {sms} SMs",
+              flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
