@@ -54,6 +54,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--out")
+    parser.add_argument("--options", default="", help="more -D flags, e.g. -DB_LATE=1")
     args = parser.parse_args()
     device = torch.device("cuda")
     flush = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device=device)
@@ -63,7 +64,7 @@ def main():
     for m, n, k in BENCH_SHAPES:
         sets = input_sets_for(m, n, k)
         plan = cuda.plan_for(m, n, k, device)
-        launch = cuda.make_launcher(m, n, k, device, plan, ("-DTIMELINE=1",))
+        launch = cuda.make_launcher(m, n, k, device, plan, ("-DTIMELINE=1",) + tuple(args.options.split()))
         ctas = 1
         for d in cuda.grid(m, n, plan):
             ctas *= d

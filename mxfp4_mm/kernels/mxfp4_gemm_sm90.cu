@@ -63,6 +63,12 @@ typedef unsigned char u8;
 #ifndef TIMELINE
 #define TIMELINE 0
 #endif
+// B_LATE: issue the B copies only once this thread's A rows have landed. After the harness's L2
+// flush every load waits in one long queue; A issued alone comes back in ~1 µs instead of with
+// the last B piece, and the A quantization then overlaps the B traffic.
+#ifndef B_LATE
+#define B_LATE 0
+#endif
 
 constexpr int KBLOCKS = GK / 32;                        // scale blocks per row
 constexpr int SCOLS = (KBLOCKS + 7) / 8 * 8;            // columns of the shuffled scale tensor
@@ -353,8 +359,10 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
         }
         cp_async_commit();
     };
+    if (!B_LATE) {
 #pragma unroll 1
-    for (int j = 0; j < B_SLOTS; ++j) copy_b_chunk(j);
+        for (int j = 0; j < B_SLOTS; ++j) copy_b_chunk(j);
+    }
 
     // 3. B scales: the bytes this thread's MMAs use (read now, parked in shared memory after the
     // A work). Never the padding: rows < N and blocks < K/32 only.
@@ -373,7 +381,13 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 
     // 4. A: quantize the raw rows staged in shared memory in place, into MMA-ready fragments;
     // two tasks per iteration so their dependent chains (loads, shuffles, rounding) overlap.
-    cp_async_wait<(B_SLOTS < 7 ? B_SLOTS : 7)>();  // this thread's A group (groups complete in order)
+    if (B_LATE) {
+        cp_async_wait<0>();  // this thread's A group, the only one so far
+#pragma unroll 1
+        for (int j = 0; j < B_SLOTS; ++j) copy_b_chunk(j);
+    } else {
+        cp_async_wait<(B_SLOTS < 7 ? B_SLOTS : 7)>();  // this thread's A group (groups complete in order)
+    }
     mark(1);
 #if CN > 1
     asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
