@@ -69,15 +69,6 @@ typedef unsigned char u8;
 #ifndef B_LATE
 #define B_LATE 0
 #endif
-// A_ROT: CTAs that share A rows (same split and M tile, other N tiles) walk their A tasks from
-// different starting points, so they do not all hit the same L2 lines at the same moment.
-#ifndef A_ROT
-#define A_ROT 0
-#endif
-// B_ROT: likewise for B chunks across the M tiles that share them.
-#ifndef B_ROT
-#define B_ROT 0
-#endif
 
 constexpr int KBLOCKS = GK / 32;                        // scale blocks per row
 constexpr int SCOLS = (KBLOCKS + 7) / 8 * 8;            // columns of the shuffled scale tensor
@@ -337,15 +328,8 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     // This CTA's share of the tasks: every CN-th group of NWARPS.
     const int a_tasks = (BM / 2) * chunks;
     const int a_task0 = cta_n_rank() * NWARPS + warp;
-    // Task -> staged slot: a rotation shared by the CTAs of one cluster (a bijection, so the
-    // tasks of the CN ranks still cover every slot once).
-    const int n_groups = (int)gridDim.x / (CN > 1 ? CN * SPLITK : 1);
-    const int group = (int)blockIdx.x / (CN > 1 ? CN * SPLITK : 1);
-    const int a_shift = A_ROT ? (int)((long long)group * a_tasks / n_groups) : 0;
-    auto a_slot = [&](int task) { task += a_shift; return task >= a_tasks ? task - a_tasks : task; };
 #pragma unroll 1
-    for (int i = a_task0; i < a_tasks; i += NWARPS * CN) {
-        const int task = a_slot(i);
+    for (int task = a_task0; task < a_tasks; task += NWARPS * CN) {
         const int mp = task / chunks, lc = task - mp * chunks;
         const int gm = m0 + 2 * mp + ((lane >> 2) & 1);
         const int k = (chunk_begin + lc) * 128 + 32 * t + 8 * (lane >> 3);
@@ -355,21 +339,12 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     }
     cp_async_commit();
 
-    // This warp's j-th chunk (j < its chunk count; else `chunks`, i.e. none), rotated by M tile.
-    const int warp_chunks = wk < chunks ? (chunks - wk + WK - 1) / WK : 0;
-    const int b_shift = B_ROT && warp_chunks ? (int)(blockIdx.z * warp_chunks / gridDim.z) : 0;
-    auto chunk_of = [&](int j) {
-        if (j >= warp_chunks) return chunks;
-        j += b_shift;
-        return wk + (j >= warp_chunks ? j - warp_chunks : j) * WK;
-    };
-
     // 2. B codes: every thread copies the 16-byte pieces it will consume, one group per chunk
     // (the first B_SLOTS chunks now; with a ring, the rest as slots free up in step 5).
     // Loops over chunks stay rolled: right after the harness's L2 flush every instruction-cache
     // line is a DRAM round trip, so the executed code must stay small.
     auto copy_b_chunk = [&](int j) {
-        const int lc = chunk_of(j);
+        const int lc = wk + j * WK;
         const int block = (chunk_begin + lc) * 4 + t;
         const int slot = B_RING ? j % B_SLOTS : j;
 #pragma unroll
@@ -394,7 +369,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     u32 s_val[S_PER_THREAD];
 #pragma unroll
     for (int j = 0; j < CHW; ++j) {
-        const int lc = chunk_of(j);
+        const int lc = wk + j * WK;
         const int block = (chunk_begin + lc) * 4 + t;
 #pragma unroll
         for (int q = 0; q < NT * 2; ++q) {
@@ -420,9 +395,9 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 #pragma unroll 1
     for (int task = a_task0; task < a_tasks; task += 2 * NWARPS * CN) {
         const bool has_second = task + NWARPS * CN < a_tasks;  // warp-uniform
-        uint4* const first = reinterpret_cast<uint4*>(a_smem + a_fragment_offset(a_slot(task), chunks, lane));
+        uint4* const first = reinterpret_cast<uint4*>(a_smem + a_fragment_offset(task, chunks, lane));
         uint4* const second = has_second
-            ? reinterpret_cast<uint4*>(a_smem + a_fragment_offset(a_slot(task + NWARPS * CN), chunks, lane)) : first;
+            ? reinterpret_cast<uint4*>(a_smem + a_fragment_offset(task + NWARPS * CN, chunks, lane)) : first;
         const uint4 raw_first = *first, raw_second = *second;
         const uint4 q_first = ABLATE & 1 ? raw_first : quantize_fragment(raw_first);
         const uint4 q_second = ABLATE & 1 ? raw_second : quantize_fragment(raw_second);
@@ -458,7 +433,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 
 #pragma unroll 1
     for (int j = 0; j < CHW; ++j) {
-        const int lc = chunk_of(j);
+        const int lc = wk + j * WK;
         if (lc >= chunks) break;
         if (B_RING) {  // one refill group per earlier iteration, so always B_SLOTS - 1 after this chunk's
             cp_async_wait<(B_RING ? B_SLOTS - 1 : 0)>();
