@@ -63,11 +63,11 @@ typedef unsigned char u8;
 #ifndef TIMELINE
 #define TIMELINE 0
 #endif
-// B_LATE: issue the B copies only once this thread's A rows have landed. After the harness's L2
-// flush every load waits in one long queue; A issued alone comes back in ~1 µs instead of with
-// the last B piece, and the A quantization then overlaps the B traffic.
+// B_LATE: issue the B copies only once this thread's A rows have landed, so a large A slab does
+// not come back behind the B traffic (measured on the H200, notes/cuda.md "v6"); for a small slab
+// issuing B at once is better. -DB_LATE=0/1 overrides the rule (experiments).
 #ifndef B_LATE
-#define B_LATE 0
+#define B_LATE (BM * ((GK + 127) / 128 + SPLITK - 1) / SPLITK * 256 >= 16384)
 #endif
 
 constexpr int KBLOCKS = GK / 32;                        // scale blocks per row

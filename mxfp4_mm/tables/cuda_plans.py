@@ -21,10 +21,24 @@ PLANS = {
 }
 
 
+def plan_cost(m: int, n: int, k: int, plan, compute_units: int = 132) -> float:
+    """Rough cost of a valid plan: per-CTA bytes, A quantization and MMA work, times the number
+    of waves of CTAs, plus split-K reduction traffic."""
+    from ..backends.cuda import grid
+    ctas = 1
+    for d in grid(m, n, plan):
+        ctas *= d
+    bm, bn, split_k = plan.bm, plan.wn * plan.nt * 16, plan.split_k
+    ks = -(-(-(-k // 128)) // split_k) * 128
+    per_cta = (bn * ks / 2) / 33e3 + (bm * ks * 10 + bn * ks * 2.4) / 5e5 \
+        + (bn * bm * ks / 2048) * 6 / 4 / 1900 + split_k * plan.wk * bm * bn * 4 / 2e5
+    threads = plan.wn * plan.wk * 32
+    return -(-ctas // compute_units) * per_cta + (0.3 if threads < 128 else 0.0)
+
+
 def general_plan(m: int, n: int, k: int, compute_units: int = 132):
-    """The valid plan with the lowest rough cost: per-CTA bytes, A quantization and MMA work,
-    times the number of waves of CTAs, plus split-K reduction traffic."""
-    from ..backends.cuda import Plan, chunks, grid, is_valid
+    """The valid plan with the lowest `plan_cost`."""
+    from ..backends.cuda import Plan, is_valid
 
     bm = min(64, -(-m // 8) * 8)
     best, best_cost = None, None
@@ -35,15 +49,7 @@ def general_plan(m: int, n: int, k: int, compute_units: int = 132):
                     plan = Plan(bm, wn, nt, wk, split_k)
                     if not is_valid(m, n, k, plan):
                         continue
-                    ctas = 1
-                    for d in grid(m, n, plan):
-                        ctas *= d
-                    bn = wn * nt * 16
-                    ks = -(-chunks(k) // split_k) * 128
-                    per_cta = (bn * ks / 2) / 33e3 + (bm * ks * 10 + bn * ks * 2.4) / 5e5 \
-                        + (bn * bm * ks / 2048) * 6 / 4 / 1900 + split_k * wk * bm * bn * 4 / 2e5
-                    threads = wn * wk * 32
-                    cost = -(-ctas // compute_units) * per_cta + (0.3 if threads < 128 else 0.0)
+                    cost = plan_cost(m, n, k, plan, compute_units)
                     if best_cost is None or cost < best_cost:
                         best, best_cost = plan, cost
     return best
