@@ -78,13 +78,13 @@ def candidates(m, n, k, v5=True):
     return first + rest[:MAX_CANDIDATES - len(first)]
 
 
-def wide_candidates(m, n, k, bases=20):
+def wide_candidates(m, n, k, bases=20, bms=(16, 32, 64, 128)):
     """The usual neighbours plus a full grid of plans (larger M tiles too) filling 0.5-2 waves of
     SMs: the `bases` best (bm, wn, nt, wk, split_k) by the cost model, each with its cn/ring variants."""
     from mxfp4_mm.tables.cuda_plans import plan_cost
     m_pad = -(-m // 8) * 8
     ranked = []
-    for bm, wn, nt, wk, split_k in itertools.product((16, 32, 64, 128), (1, 2, 3, 4, 6, 8), (1, 2, 3, 4),
+    for bm, wn, nt, wk, split_k in itertools.product(bms, (1, 2, 3, 4, 6, 8), (1, 2, 3, 4),
                                                      (1, 2, 4), (1, 2, 4, 8)):
         base = cuda.Plan(min(bm, m_pad), wn, nt, wk, split_k)
         ctas = 1
@@ -126,12 +126,12 @@ def is_correct(out, ref):
     return bool(((out - ref).abs() <= 1e-2 + 1e-2 * ref.abs()).all())
 
 
-def tune_shape(m, n, k, reps, flush, v5=True, wide=False):
+def tune_shape(m, n, k, reps, flush, v5=True, wide=None):
     """(best plan, its µs, the table plan's µs in the same sweep); the table's plan unless beaten by MARGIN."""
     sets = input_sets_for(m, n, k)
     ref = reference_output(sets[0])
     best, listed, listed_us = None, table_plan(m, n, k), float("nan")
-    for plan in (wide_candidates(m, n, k) if wide else candidates(m, n, k, v5)):
+    for plan in (wide((m, n, k)) if wide else candidates(m, n, k, v5)):
         try:
             run = cuda.make_runner(m, n, k, torch.device("cuda"), plan)
             ok = is_correct(run(sets[0][0], sets[0][2], sets[0][3], sets[0][4]), ref)
@@ -180,6 +180,8 @@ def main():
     parser.add_argument("--no-v5", action="store_true", help="v4 plans only (cn = 1)")
     parser.add_argument("--write-from", help="rewrite the table from a JSON-lines results file")
     parser.add_argument("--wide", action="store_true", help="a full plan grid ranked by the cost model")
+    parser.add_argument("--wide-bases", type=int, default=20, help="--wide: how many base plans")
+    parser.add_argument("--bms", default="16,32,64,128", help="--wide: rows of M per CTA to try")
     args = parser.parse_args()
     if args.write_from:
         results = {}
@@ -193,7 +195,8 @@ def main():
         shapes = [tuple(int(v) for v in shape.split(",")) for shape in args.only.split()]
     if args.precompile_only or not args.only or args.wide:
         t0 = time.time()
-        pick = (lambda shape: wide_candidates(*shape)) if args.wide else (lambda shape: candidates(*shape, not args.no_v5))
+        bms = tuple(int(v) for v in args.bms.split(","))
+        pick = (lambda shape: wide_candidates(*shape, args.wide_bases, bms)) if args.wide else (lambda shape: candidates(*shape, not args.no_v5))
         precompile([(shape, plan) for shape in shapes for plan in pick(shape)],
                    torch.device("cuda"))
         print(f"precompiled in {time.time() - t0:.1f} s", flush=True)
@@ -203,7 +206,7 @@ def main():
     results = {}
     for shape in shapes:
         print(f"{shape}:", flush=True)
-        best = tune_shape(*shape, args.reps, flush, not args.no_v5, args.wide)
+        best = tune_shape(*shape, args.reps, flush, not args.no_v5, pick if args.wide else None)
         if best is not None:
             results[shape] = best[:2]
             print(f"  best {tuple(best[0])} {best[1]:.2f} us (table plan {best[2]:.2f} us)", flush=True)
