@@ -27,11 +27,19 @@ from bench_cuda import BENCH_SHAPES, input_sets_for  # noqa: E402
 PHASES = ["start", "a_wait", "quant", "main", "partial", "reduce", "end"]
 
 
-def one_call(launch, inputs, m, n, ctas, flush):
+def one_call(launch, inputs, m, n, ctas, flush, flush_mode="zero"):
     a, _, b_q, _, b_scale_sh = inputs
     out = torch.zeros((m, n), dtype=torch.bfloat16, device=a.device)
     torch.cuda.synchronize()
-    flush.zero_()
+    if flush_mode != "none":
+        flush.zero_()  # the harness's flush: L2 left full of dirty lines
+    if flush_mode == "zero+read":
+        flush.view(torch.int64).sum()  # then a read pass: L2 clean (experiment)
+    if flush_mode == "zero+touch":  # then one byte per 64 KB of each input: page translations warm
+        for t in (a, b_q, b_scale_sh):
+            t.view(torch.uint8).flatten()[::65536].sum()
+    if flush_mode != "zero":
+        torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     launch(a, b_q, b_scale_sh, out)
@@ -55,20 +63,24 @@ def main():
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--out")
     parser.add_argument("--options", default="", help="more -D flags, e.g. -DB_LATE=1")
+    parser.add_argument("--flush", default="zero", choices=("zero", "zero+read", "zero+touch", "none"),
+                        help="zero = the harness's flush; the others are experiments")
+    parser.add_argument("--shapes", default="", help="'M,N,K ...' (default: the benchmark shapes)")
     args = parser.parse_args()
     device = torch.device("cuda")
     flush = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device=device)
     report = []
     print("µs, median/max over CTAs (last rep)", flush=True)
     print("shape".ljust(16) + "event".rjust(8) + "".join(p.rjust(13) for p in PHASES), flush=True)
-    for m, n, k in BENCH_SHAPES:
+    shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes.split()] or BENCH_SHAPES
+    for m, n, k in shapes:
         sets = input_sets_for(m, n, k)
         plan = cuda.plan_for(m, n, k, device)
         launch = cuda.make_launcher(m, n, k, device, plan, ("-DTIMELINE=1",) + tuple(args.options.split()))
         ctas = 1
         for d in cuda.grid(m, n, plan):
             ctas *= d
-        runs = [one_call(launch, sets[i % len(sets)], m, n, ctas, flush) for i in range(args.reps)]
+        runs = [one_call(launch, sets[i % len(sets)], m, n, ctas, flush, args.flush) for i in range(args.reps)]
         event_us = statistics.median(r[0] for r in runs)
         summary = summarize(runs[-1][1])
         sms = len(set(runs[-1][1][:, 6].tolist()))
