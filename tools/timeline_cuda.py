@@ -4,9 +4,11 @@ harness method (L2 flushed before the call), and print per-phase medians/maxima 
 
     python3 tools/timeline_cuda.py [--reps 5] [--out timeline.json]
 
-Phases: start (CTA start after kernel's first CTA), a_wait (A + first B group landed), quant
-(A quantized + barrier), main (B chunks: convert + MMA), partial (tile to smem + cluster barrier),
-reduce (split-K sum, C store, last barrier), end (CTA end after the first CTA's start).
+Phases (thread 0 of each CTA): start (CTA start after the kernel's first CTA, timer), a_issue (A
+copies issued), s_issue (B-scale loads issued), a_wait (A landed), quant (B copies issued if
+late, A quantized, barrier), main (B chunks: convert + MMA), partial (tile to smem + barrier),
+reduce (split-K sum, C store, last barrier), end (CTA end after the first CTA's start, timer).
+Phase lengths come from clock64 at the SM clock (--clock-ghz).
 """
 
 import argparse
@@ -24,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mxfp4_mm.backends import cuda  # noqa: E402
 from bench_cuda import BENCH_SHAPES, input_sets_for  # noqa: E402
 
-PHASES = ["start", "a_wait", "quant", "main", "partial", "reduce", "end"]
+PHASES = ["start", "a_issue", "s_issue", "a_wait", "quant", "main", "partial", "reduce", "end"]
+WORDS = 24  # u64 per CTA written by the kernel
 
 
 def one_call(launch, inputs, m, n, ctas, flush, flush_mode="zero"):
@@ -45,17 +48,17 @@ def one_call(launch, inputs, m, n, ctas, flush, flush_mode="zero"):
     launch(a, b_q, b_scale_sh, out)
     end.record()
     torch.cuda.synchronize()
-    marks = out.view(torch.int64).flatten()[: ctas * 16].view(ctas, 16).cpu()
+    marks = out.view(torch.int64).flatten()[: ctas * WORDS].view(ctas, WORDS).cpu()
     return start.elapsed_time(end) * 1e3, marks
 
 
-def summarize(marks):
-    t = marks[:, :6].double()
-    t0 = t[:, 0].min()
-    rows = {"start": (t[:, 0] - t0), "end": (t[:, 5] - t0)}
-    for i, name in enumerate(PHASES[1:6]):
-        rows[name] = t[:, i + 1] - t[:, i]
-    return {k: (statistics.median(v.tolist()) / 1e3, max(v.tolist()) / 1e3) for k, v in rows.items()}
+def summarize(marks, clock_ghz):
+    timer, clock = marks[:, :8].double() / 1e3, marks[:, 8:16].double() / (clock_ghz * 1e3)
+    t0 = timer[:, 0].min()
+    rows = {"start": timer[:, 0] - t0, "end": timer[:, 7] - t0}
+    for i, name in enumerate(PHASES[1:8]):
+        rows[name] = clock[:, i + 1] - clock[:, i]
+    return {k: (statistics.median(v.tolist()), max(v.tolist())) for k, v in rows.items()}
 
 
 def main():
@@ -65,13 +68,14 @@ def main():
     parser.add_argument("--options", default="", help="more -D flags, e.g. -DB_LATE=1")
     parser.add_argument("--flush", default="zero", choices=("zero", "zero+read", "zero+touch", "none"),
                         help="zero = the harness's flush; the others are experiments")
+    parser.add_argument("--clock-ghz", type=float, default=1.98, help="SM clock for clock64 deltas")
     parser.add_argument("--shapes", default="", help="'M,N,K ...' (default: the benchmark shapes)")
     args = parser.parse_args()
     device = torch.device("cuda")
     flush = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device=device)
     report = []
     print("µs, median/max over CTAs (last rep)", flush=True)
-    print("shape".ljust(16) + "event".rjust(8) + "".join(p.rjust(13) for p in PHASES), flush=True)
+    print("shape".ljust(16) + "event".rjust(8) + "".join(p.rjust(12) for p in PHASES), flush=True)
     shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes.split()] or BENCH_SHAPES
     for m, n, k in shapes:
         sets = input_sets_for(m, n, k)
@@ -82,12 +86,12 @@ def main():
             ctas *= d
         runs = [one_call(launch, sets[i % len(sets)], m, n, ctas, flush, args.flush) for i in range(args.reps)]
         event_us = statistics.median(r[0] for r in runs)
-        summary = summarize(runs[-1][1])
-        sms = len(set(runs[-1][1][:, 6].tolist()))
+        summary = summarize(runs[-1][1], args.clock_ghz)
+        sms = len(set((runs[-1][1][:, 16] & 0xFFFFFFFF).tolist()))
         report.append({"shape": [m, n, k], "plan": list(plan), "ctas": ctas, "sms": sms, "event_us": event_us,
                        "phases_us": summary})
         print(f"{m}x{n}x{k}".ljust(16) + f"{event_us:8.2f}" +
-              "".join(f"{summary[p][0]:6.2f}/{summary[p][1]:<6.2f}" for p in PHASES) + f"  {ctas} CTAs on {sms} SMs",
+              "".join(f"{summary[p][0]:6.2f}/{summary[p][1]:<5.2f}" for p in PHASES) + f"  {ctas} CTAs on {sms} SMs",
               flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))

@@ -364,8 +364,8 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
         for (int j = 0; j < B_SLOTS; ++j) copy_b_chunk(j);
     }
 
-    // 3. B scales: the bytes this thread's MMAs use (read now, parked in shared memory after the
-    // A work). Never the padding: rows < N and blocks < K/32 only.
+    // 3. B scales: the bytes this thread's MMAs use, parked in shared memory.
+    // Never the padding: rows < N and blocks < K/32 only.
     u32 s_val[S_PER_THREAD];
 #pragma unroll
     for (int j = 0; j < CHW; ++j) {
@@ -378,6 +378,10 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
             s_val[j * NT * 2 + q] = valid ? __ldg(b_scale_sh + scale_row_offset(row) + scale_col_offset(block)) : 0u;
         }
     }
+    // Parked before the A wait: the compiler sinks plain loads to their first use, and a use after
+    // the wait would send the scale bytes out only once A has landed (one more round trip).
+#pragma unroll
+    for (int q = 0; q < S_PER_THREAD; ++q) s_smem[q * NTHREADS + tid] = (u8)s_val[q];
 
     // 4. A: quantize the raw rows staged in shared memory in place, into MMA-ready fragments;
     // two tasks per iteration so their dependent chains (loads, shuffles, rounding) overlap.
@@ -413,8 +417,6 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
         if (has_second) *second = q_second;
 #endif
     }
-#pragma unroll
-    for (int q = 0; q < S_PER_THREAD; ++q) s_smem[q * NTHREADS + tid] = (u8)s_val[q];
 #if CN > 1
     cluster_sync();  // every peer's A fragments have landed here
 #else
