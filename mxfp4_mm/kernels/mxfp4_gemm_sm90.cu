@@ -59,7 +59,8 @@ typedef unsigned char u8;
 #define ABLATE 0
 #endif
 // Timing experiment (tools/timeline_cuda.py): thread 0 of each CTA records %globaltimer and clock64
-// at phase boundaries into C (as u64[16] per CTA) instead of writing results.
+// at phase boundaries into C (as u64[24] per CTA: 8 timer values, 8 clocks, SM id) instead of
+// writing results.
 #ifndef TIMELINE
 #define TIMELINE 0
 #endif
@@ -310,7 +311,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 #endif
     const int m0 = blockIdx.z * BM;
 #if TIMELINE
-    unsigned long long marks[2][6];
+    unsigned long long marks[2][8];
     auto mark = [&](int i) {
         if (tid == 0) {
             asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(marks[0][i]) :: "memory");
@@ -338,6 +339,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                    valid ? a + (size_t)gm * GK + k : a, valid);
     }
     cp_async_commit();
+    mark(1);
 
     // 2. B codes: every thread copies the 16-byte pieces it will consume, one group per chunk
     // (the first B_SLOTS chunks now; with a ring, the rest as slots free up in step 5).
@@ -364,8 +366,9 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
         for (int j = 0; j < B_SLOTS; ++j) copy_b_chunk(j);
     }
 
-    // 3. B scales: the bytes this thread's MMAs use, parked in shared memory.
-    // Never the padding: rows < N and blocks < K/32 only.
+    // 3. B scales: the bytes this thread's MMAs use (read now, parked in shared memory after the
+    // A work). Never the padding: rows < N and blocks < K/32 only. (ptxas sinks these loads below
+    // the A wait; parking them before it was measured slower overall: notes/cuda.md v6.)
     u32 s_val[S_PER_THREAD];
 #pragma unroll
     for (int j = 0; j < CHW; ++j) {
@@ -378,21 +381,19 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
             s_val[j * NT * 2 + q] = valid ? __ldg(b_scale_sh + scale_row_offset(row) + scale_col_offset(block)) : 0u;
         }
     }
-    // Parked before the A wait: the compiler sinks plain loads to their first use, and a use after
-    // the wait would send the scale bytes out only once A has landed (one more round trip).
-#pragma unroll
-    for (int q = 0; q < S_PER_THREAD; ++q) s_smem[q * NTHREADS + tid] = (u8)s_val[q];
+    mark(2);
 
     // 4. A: quantize the raw rows staged in shared memory in place, into MMA-ready fragments;
     // two tasks per iteration so their dependent chains (loads, shuffles, rounding) overlap.
     if (B_LATE) {
         cp_async_wait<0>();  // this thread's A group, the only one so far
+        mark(3);
 #pragma unroll 1
         for (int j = 0; j < B_SLOTS; ++j) copy_b_chunk(j);
     } else {
         cp_async_wait<(B_SLOTS < 7 ? B_SLOTS : 7)>();  // this thread's A group (groups complete in order)
+        mark(3);
     }
-    mark(1);
 #if CN > 1
     asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 #endif
@@ -417,12 +418,14 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
         if (has_second) *second = q_second;
 #endif
     }
+#pragma unroll
+    for (int q = 0; q < S_PER_THREAD; ++q) s_smem[q * NTHREADS + tid] = (u8)s_val[q];
 #if CN > 1
     cluster_sync();  // every peer's A fragments have landed here
 #else
     __syncthreads();
 #endif
-    mark(2);
+    mark(4);
 
     // 5. MMAs over this warp's chunks.
     float acc[NT][MT][4];
@@ -498,7 +501,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     }
     cp_async_wait<0>();
     __syncthreads();  // operand space becomes the partial-tile space
-    mark(3);
+    mark(5);
 
     // 6. Partial tile [wk][m][n] in shared memory, then sum over warps and cluster ranks.
     float* const part = reinterpret_cast<float*>(smem);
@@ -518,7 +521,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 #else
     __syncthreads();
 #endif
-    mark(4);
+    mark(6);
     constexpr int F4 = BM * BN / 4;
     const int f_begin = split * F4 / SPLITK, f_end = (split + 1) * F4 / SPLITK;
     for (int f = f_begin + tid; f < f_end; f += NTHREADS) {
@@ -548,12 +551,12 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     cluster_sync();  // peers may still be reading this CTA's partial tile
 #endif
 #if TIMELINE
-    mark(5);
+    mark(7);
     if (tid == 0) {
         const int cta = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-        unsigned long long* out = reinterpret_cast<unsigned long long*>(c) + cta * 16;
-        for (int i = 0; i < 6; ++i) { out[i] = marks[0][i]; out[8 + i] = marks[1][i]; }
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(*reinterpret_cast<u32*>(out + 6)));
+        unsigned long long* out = reinterpret_cast<unsigned long long*>(c) + cta * 24;
+        for (int i = 0; i < 8; ++i) { out[i] = marks[0][i]; out[8 + i] = marks[1][i]; }
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(*reinterpret_cast<u32*>(out + 16)));
     }
 #endif
 }
