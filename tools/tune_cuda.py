@@ -155,8 +155,11 @@ def write_table(results):
     def entry(plan):  # 5 fields for v4 plans, all 7 when a v5 field (cn, ring) is used
         return tuple(plan) if (plan.cn, plan.ring) != (1, 0) else tuple(plan)[:5]
 
-    body = "".join(f"    {shape}: {entry(plan)},  # " + (f"{us:.2f} us" if us == us else "kept, not re-tuned") + "\n"
-                   for shape, (plan, us) in results.items())
+    old_notes = dict(re.findall(r"^    (\(\d+, \d+, \d+\)): .*?  # (.*)$", text, flags=re.M))
+    def note(shape, us):  # a shape not measured in this run keeps its earlier note
+        return f"{us:.2f} us" if us == us else old_notes.get(str(shape), "kept, not re-tuned")
+
+    body = "".join(f"    {shape}: {entry(plan)},  # {note(shape, us)}\n" for shape, (plan, us) in results.items())
     stamp = f"    # measured by tools/tune_cuda.py on {torch.cuda.get_device_name() if torch.cuda.is_available() else 'a results file'} {time.strftime('%Y-%m-%d')}\n"
     text = re.sub(r"PLANS = \{\n.*?\n\}\n", "PLANS = {\n" + stamp + body + "}\n", text, flags=re.S)
     path.write_text(text)
