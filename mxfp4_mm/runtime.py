@@ -182,8 +182,9 @@ def _code_object(api, source, headers, options, arch) -> bytes:
     return code
 
 
-def default_options(device: torch.device) -> tuple:
-    arch = kernel_arch(device)
+def default_options(device: torch.device, arch: str = None) -> tuple:
+    """Compiler options for `device`; `arch` overrides the target (e.g. "sm_90a" for wgmma)."""
+    arch = arch or kernel_arch(device)
     if torch.version.hip:
         return (f"--offload-arch={arch}", "-O3", "-std=c++17")
     return (f"--gpu-architecture={arch}", "-std=c++17", "-default-device")
@@ -261,16 +262,18 @@ class Function:
 _modules = {}
 
 
-def load_module(source: str, device: torch.device, options: tuple = ()) -> Module:
-    """Compile (or fetch from the disk cache) and load `source` for `device`; cached per process."""
+def load_module(source: str, device: torch.device, options: tuple = (), arch: str = None) -> Module:
+    """Compile (or fetch from the disk cache) and load `source` for `device`; cached per process.
+    `arch` overrides the compile target (default: the device's own, `kernel_arch`)."""
     device = normalize_device(device)
-    key = (source, tuple(options), device)
+    key = (source, tuple(options), device, arch)
     module = _modules.get(key)
     if module is None:
         api = api_for(device)
         headers = _headers_of(source, {})
-        all_options = default_options(device) + tuple(options)
-        code = _code_object(api, source, headers, all_options, kernel_arch(device))
+        arch = arch or kernel_arch(device)
+        all_options = default_options(device, arch) + tuple(options)
+        code = _code_object(api, source, headers, all_options, arch)
         module = _modules[key] = Module(api, device, code)
     return module
 

@@ -43,6 +43,17 @@ def test_general_plan_is_valid_for_random_shapes():
         assert plan is not None and cuda.is_valid(m, n, k, plan), (m, n, k, plan)
 
 
+def test_wgmma_plans_need_whole_warpgroups_and_a_provided_n():
+    shape = (256, 3072, 1536)
+    plan = cuda.Plan(64, 4, 1, 1, 2, wg=1)
+    assert cuda.is_valid(*shape, plan)
+    assert "-DWGMMA=1" in cuda.compile_options(*shape, plan)
+    assert "-DWGMMA=1" not in cuda.compile_options(*shape, plan._replace(wg=0))
+    assert not cuda.is_valid(*shape, plan._replace(wn=6))   # 6 warps: not whole warpgroups
+    assert not cuda.is_valid(*shape, plan._replace(bm=24))  # no m64n24 wrapper
+    assert cuda.Plan(*tuple(plan)) == plan  # 8-field table entries round-trip
+
+
 # ---- GPU ---------------------------------------------------------------------------------------
 
 def _hopper():
@@ -89,6 +100,36 @@ def test_plans_and_split_k(plan):
     for shape in [(17, 480, 1600), (4, 64, 576)]:
         if cuda.is_valid(*shape, cuda.Plan(*plan)):
             _check(*shape, plan=cuda.Plan(*plan), seed=3)
+
+
+def _sm90():
+    return _hopper() and torch.cuda.get_device_capability() == (9, 0)
+
+
+# v7 (wgmma, sm_90a): not yet run on a GPU when written; these are its first checks.
+WGMMA_PLANS = [(16, 4, 1, 1, 1, 1, 0, 1), (32, 4, 2, 2, 2, 1, 0, 1), (64, 8, 1, 1, 2, 2, 2, 1),
+               (128, 4, 1, 1, 4, 1, 0, 1), (16, 4, 1, 2, 1, 4, 0, 1)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("plan", WGMMA_PLANS)
+def test_wgmma_plans(plan):
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    for shape in [(17, 480, 1600), (4, 64, 576), (33, 48, 192)]:
+        if cuda.is_valid(*shape, cuda.Plan(*plan)):
+            _check(*shape, plan=cuda.Plan(*plan), seed=5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, plan", [((256, 3072, 1536), (64, 4, 1, 2, 2, 1, 0, 1)),
+                                         ((64, 7168, 2048), (64, 8, 1, 1, 2, 4, 0, 1)),
+                                         ((16, 2112, 7168), (16, 4, 2, 2, 8, 1, 2, 1))])
+def test_wgmma_on_task_shapes(shape, plan):
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    assert cuda.is_valid(*shape, cuda.Plan(*plan))
+    _check(*shape, plan=cuda.Plan(*plan), seed=6)
 
 
 @pytest.mark.gpu

@@ -25,7 +25,8 @@ from tune_cuda import is_correct  # noqa: E402
 
 
 def runner_from_source(source, m, n, k, device, plan):
-    function = runtime.load_module(source, device, cuda.compile_options(m, n, k, plan)).function("mxfp4_gemm")
+    function = runtime.load_module(source, device, cuda.compile_options(m, n, k, plan),
+                                   cuda.compile_target(device, plan)).function("mxfp4_gemm")
     shared = cuda.smem_bytes(m, n, k, plan)
     api = runtime.api_for(device)
     api.check(api.drv.cuFuncSetAttribute(function.handle, 8, ctypes.c_int(shared)), "cuFuncSetAttribute")

@@ -46,12 +46,14 @@ def main():
     option_sets = [()] + [tuple(o.split()) for o in args.option]
     work = [((m, n, k), p, opts) for m, n, k in BENCH_SHAPES
             for p in variants(m, n, k, cuda.plan_for(m, n, k, device)) for opts in option_sets]
-    api, arch, source = runtime.api_for(device), runtime.kernel_arch(device), read_source(cuda.SOURCE)
+    api, source = runtime.api_for(device), read_source(cuda.SOURCE)
 
     def build(item):
         (m, n, k), plan, opts = item
+        target = cuda.compile_target(device, plan)
         runtime._code_object(api, source, runtime._headers_of(source, {}),
-                             runtime.default_options(device) + cuda.compile_options(m, n, k, plan) + opts, arch)
+                             runtime.default_options(device, target) + cuda.compile_options(m, n, k, plan) + opts,
+                             target)
 
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(build, work))

@@ -78,7 +78,7 @@ def candidates(m, n, k, v5=True):
     return first + rest[:MAX_CANDIDATES - len(first)]
 
 
-def wide_candidates(m, n, k, bases=20, bms=(16, 32, 64, 128)):
+def wide_candidates(m, n, k, bases=20, bms=(16, 32, 64, 128), wgmma=False):
     """The usual neighbours plus a full grid of plans (larger M tiles too) filling 0.5-2 waves of
     SMs: the `bases` best (bm, wn, nt, wk, split_k) by the cost model, each with its cn/ring variants."""
     from mxfp4_mm.tables.cuda_plans import plan_cost
@@ -95,8 +95,8 @@ def wide_candidates(m, n, k, bases=20, bms=(16, 32, 64, 128)):
     ranked.sort(key=lambda p: plan_cost(m, n, k, p))
     found = candidates(m, n, k)
     for base in ranked[:bases]:
-        for cn, ring in itertools.product((1, 2, 4), (0, 2)):
-            plan = base._replace(cn=cn, ring=ring)
+        for cn, ring, wg in itertools.product((1, 2, 4), (0, 2), (0, 1) if wgmma else (0,)):
+            plan = base._replace(cn=cn, ring=ring, wg=wg)
             if plan not in found and cuda.is_valid(m, n, k, plan) and (
                     not ring or ring < cuda.chunks_per_warp(k, plan)):
                 found.append(plan)
@@ -109,13 +109,14 @@ def precompile(shape_plans, device):
     from mxfp4_mm import runtime
     from mxfp4_mm.kernels import read_source
 
-    api, arch = runtime.api_for(device), runtime.kernel_arch(device)
+    api = runtime.api_for(device)
     source = read_source(cuda.SOURCE)
 
     def build(item):
         (m, n, k), plan = item
-        options = runtime.default_options(device) + cuda.compile_options(m, n, k, plan)
-        runtime._code_object(api, source, {}, options, arch)
+        target = cuda.compile_target(device, plan)
+        options = runtime.default_options(device, target) + cuda.compile_options(m, n, k, plan)
+        runtime._code_object(api, source, runtime._headers_of(source, {}), options, target)
 
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(build, shape_plans))
@@ -152,8 +153,8 @@ def tune_shape(m, n, k, reps, flush, v5=True, wide=None):
 def write_table(results):
     path = ROOT / "mxfp4_mm" / "tables" / "cuda_plans.py"
     text = path.read_text()
-    def entry(plan):  # 5 fields for v4 plans, all 7 when a v5 field (cn, ring) is used
-        return tuple(plan) if (plan.cn, plan.ring) != (1, 0) else tuple(plan)[:5]
+    def entry(plan):  # 5 fields for v4 plans, 7 when a v5 field (cn, ring) is used, 8 for wgmma plans
+        return tuple(plan) if plan.wg else tuple(plan)[:7] if (plan.cn, plan.ring) != (1, 0) else tuple(plan)[:5]
 
     old_notes = dict(re.findall(r"^    (\(\d+, \d+, \d+\)): .*?  # (.*)$", text, flags=re.M))
     def note(shape, us):  # a shape not measured in this run keeps its earlier note
@@ -185,6 +186,7 @@ def main():
     parser.add_argument("--wide", action="store_true", help="a full plan grid ranked by the cost model")
     parser.add_argument("--wide-bases", type=int, default=20, help="--wide: how many base plans")
     parser.add_argument("--bms", default="16,32,64,128", help="--wide: rows of M per CTA to try")
+    parser.add_argument("--wgmma", action="store_true", help="--wide: also the wgmma (v7) variant of each plan")
     args = parser.parse_args()
     if args.write_from:
         results = {}
@@ -199,7 +201,7 @@ def main():
     if args.precompile_only or not args.only or args.wide:
         t0 = time.time()
         bms = tuple(int(v) for v in args.bms.split(","))
-        pick = (lambda shape: wide_candidates(*shape, args.wide_bases, bms)) if args.wide else (lambda shape: candidates(*shape, not args.no_v5))
+        pick = (lambda shape: wide_candidates(*shape, args.wide_bases, bms, args.wgmma)) if args.wide else (lambda shape: candidates(*shape, not args.no_v5))
         precompile([(shape, plan) for shape in shapes for plan in pick(shape)],
                    torch.device("cuda"))
         print(f"precompiled in {time.time() - t0:.1f} s", flush=True)

@@ -21,8 +21,10 @@ _MAX_DYNAMIC_SHARED_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 # bm: rows of M per CTA; wn: warps along N; nt: 16-row N tiles per warp; wk: warps along K;
 # split_k: CTAs along K (one cluster); cn: neighbouring N tiles quantizing A together (v5 when > 1;
-# cluster size cn * split_k, at most 8); ring: B chunks in flight per thread (v5 when > 0; 0 = all).
-Plan = collections.namedtuple("Plan", "bm wn nt wk split_k cn ring", defaults=(1, 0))
+# cluster size cn * split_k, at most 8); ring: B chunks in flight per thread (v5 when > 0; 0 = all);
+# wg: 1 = warpgroup wgmma MMAs (v7, sm_90a only: wn % 4 == 0, bm in WGMMA_BMS).
+Plan = collections.namedtuple("Plan", "bm wn nt wk split_k cn ring wg", defaults=(1, 0, 0))
+WGMMA_BMS = (16, 32, 64, 128)  # the wgmma N sizes kernels/wgmma_sm90a.h provides
 
 
 def is_available(device: torch.device) -> bool:
@@ -70,7 +72,8 @@ def is_valid(m: int, n: int, k: int, plan: Plan) -> bool:
             and plan.cn >= 1 and plan.cn * plan.split_k <= 8 and plan.ring >= 0
             and 32 <= threads <= 1024 and plan.nt * plan.bm // 8 * 4 <= 128
             and -(-ch_max // plan.wk) <= 32 and -(-ch_max // plan.wk) * plan.nt * 2 <= 64
-            and smem_bytes(m, n, k, plan) <= MAX_SMEM)
+            and smem_bytes(m, n, k, plan) <= MAX_SMEM
+            and (not plan.wg or (plan.wn % 4 == 0 and plan.bm in WGMMA_BMS)))
 
 
 def compile_options(m: int, n: int, k: int, plan: Plan) -> tuple:
@@ -79,6 +82,8 @@ def compile_options(m: int, n: int, k: int, plan: Plan) -> tuple:
         values["CN"] = plan.cn
     if plan.ring > 0:
         values["RING"] = plan.ring
+    if plan.wg:
+        values["WGMMA"] = 1
     return tuple(f"-D{key}={value}" for key, value in values.items())
 
 
@@ -92,8 +97,19 @@ def plan_for(m: int, n: int, k: int, device: torch.device) -> Plan:
 
 # ---- launch ---------------------------------------------------------------------------------
 
+def compile_target(device: torch.device, plan: Plan) -> str:
+    """The compile target for `plan`: the device's own, or sm_90a for wgmma plans (that target
+    runs only on sm_90 GPUs)."""
+    if not plan.wg:
+        return runtime.kernel_arch(device)
+    if torch.cuda.get_device_capability(device) != (9, 0):
+        raise ValueError(f"cuda: wgmma plan {plan} needs an sm_90 GPU")
+    return "sm_90a"
+
+
 def _module(m, n, k, device, plan, extra_options=()):
-    return runtime.load_module(read_source(SOURCE), device, compile_options(m, n, k, plan) + tuple(extra_options))
+    return runtime.load_module(read_source(SOURCE), device, compile_options(m, n, k, plan) + tuple(extra_options),
+                               compile_target(device, plan))
 
 
 def make_launcher(m: int, n: int, k: int, device: torch.device, plan: Plan, extra_options=()):

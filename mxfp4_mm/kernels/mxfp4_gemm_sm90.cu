@@ -53,6 +53,15 @@ typedef unsigned char u8;
 #ifndef RING
 #define RING 0
 #endif
+// WGMMA (v7, sm_90a): the MMAs are warpgroup wgmmas, weights from registers (4 warps x 16 rows
+// = 64 rows per instruction), activations from shared memory in the wgmma core-matrix layout,
+// N = BM. Needs WN % 4 == 0 (a warpgroup is 4 warps with the same wk) and BM in {16,32,64,128}.
+#ifndef WGMMA
+#define WGMMA 0
+#endif
+#if WGMMA
+#include "wgmma_sm90a.h"
+#endif
 // Timing experiments only (tools/ablate_cuda.py; results are wrong): bit mask of stages left out.
 // 1 = A quantization, 2 = B nibble conversion, 4 = MMAs, 8 = B global loads.
 #ifndef ABLATE
@@ -100,6 +109,13 @@ constexpr int P_SMEM = WK * BM * P_STRIDE * 4;
 static_assert(BM % 8 == 0 && BM <= 256, "BM");
 static_assert(CHW <= 32 && S_PER_THREAD <= 64, "too many chunks per warp");
 static_assert(CN >= 1 && CN * SPLITK <= 8, "cluster size");
+static_assert(!WGMMA || (WN % 4 == 0 && (BM == 16 || BM == 32 || BM == 64 || BM == 128)), "wgmma plan");
+
+// Index of the 16-row N tile that warp wn handles as its nt-th. With WGMMA the 4 warps of a
+// warpgroup take consecutive 16-row slices of each 64-row wgmma tile.
+__device__ __forceinline__ int n_tile16(int wn, int nt) {
+    return WGMMA ? ((wn >> 2) * NT + nt) * 4 + (wn & 3) : wn * NT + nt;
+}
 
 // ---- small helpers -----------------------------------------------------------------------
 
@@ -242,6 +258,24 @@ __device__ __forceinline__ u32 e2m1_code(u32 r, u32 x_sign) {
     return mag | (x_sign ? 8u : 0u);
 }
 
+// With WGMMA: lanes t = 0..3 of one row (same i) each quantized 8 values of their own scale block
+// into 4 pieces (k16 step s, core-matrix half) = (x, y, z, w). A wgmma core-matrix row holds one
+// piece of each of the 4 lanes, in t order. Lane t collects piece t of its neighbours (xor
+// shuffles) and returns that row. Without WGMMA the fragment stays as it is.
+__device__ __forceinline__ uint4 wgmma_row(uint4 q, int t) {
+#if WGMMA
+    auto pick = [](uint4 v, int c) { return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w; };
+    uint4 got;  // got.<j> = piece t of lane t ^ j
+    got.x = pick(q, t);
+    got.y = __shfl_xor_sync(0xFFFFFFFFu, pick(q, t ^ 1), 1);
+    got.z = __shfl_xor_sync(0xFFFFFFFFu, pick(q, t ^ 2), 2);
+    got.w = __shfl_xor_sync(0xFFFFFFFFu, pick(q, t ^ 3), 3);
+    return make_uint4(pick(got, t), pick(got, t ^ 1), pick(got, t ^ 2), pick(got, t ^ 3));
+#else
+    return q;
+#endif
+}
+
 // ---- the GEMM ------------------------------------------------------------------------------
 
 // Shared-memory offset of A task `task` (a row pair and a 128-K chunk) for this lane: lane =
@@ -249,6 +283,12 @@ __device__ __forceinline__ u32 e2m1_code(u32 r, u32 x_sign) {
 __device__ __forceinline__ int a_fragment_offset(int task, int chunks, int lane) {
     const int mp = task / chunks, lc = task - mp * chunks;
     const int ml = 2 * mp + ((lane >> 2) & 1);
+#if WGMMA
+    // [chunk][i][k16 step s][core-matrix half][m] x 16 bytes: lane t stages its raw values in the
+    // row slot of piece t (s = t / 2, half = t % 2), which it fills after the exchange in step 4.
+    const int t = lane & 3;
+    return ((((lc * 4 + (lane >> 3)) * 2 + (t >> 1)) * 2 + (t & 1)) * BM + ml) * 16;
+#endif
     return (((ml >> 3) * CH_MAX + lc) * 4 + (lane >> 3)) * 512 + ((ml & 7) * 4 + (lane & 3)) * 16;
 }
 
@@ -353,7 +393,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int row = n0 + (wn * NT + nt) * 16 + g + 8 * h;
+                const int row = n0 + n_tile16(wn, nt) * 16 + g + 8 * h;
                 const bool valid = !(ABLATE & 8) && (!B_RING || j < CHW) && lc < chunks && row < GN && block < KBLOCKS;
                 const u8* src = valid ? b_q + (size_t)row * (GK / 2) + block * 16 : b_q;
                 cp_async16(smem_addr(b_smem + ((slot * NT + nt) * 2 + h) * NTHREADS * 16 + tid * 16), src, valid);
@@ -376,7 +416,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
         const int block = (chunk_begin + lc) * 4 + t;
 #pragma unroll
         for (int q = 0; q < NT * 2; ++q) {
-            const int row = n0 + (wn * NT + q / 2) * 16 + g + 8 * (q % 2);
+            const int row = n0 + n_tile16(wn, q / 2) * 16 + g + 8 * (q % 2);
             const bool valid = lc < chunks && row < GN && block < KBLOCKS;
             s_val[j * NT * 2 + q] = valid ? __ldg(b_scale_sh + scale_row_offset(row) + scale_col_offset(block)) : 0u;
         }
@@ -404,8 +444,8 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
         uint4* const second = has_second
             ? reinterpret_cast<uint4*>(a_smem + a_fragment_offset(task + NWARPS * CN, chunks, lane)) : first;
         const uint4 raw_first = *first, raw_second = *second;
-        const uint4 q_first = ABLATE & 1 ? raw_first : quantize_fragment(raw_first);
-        const uint4 q_second = ABLATE & 1 ? raw_second : quantize_fragment(raw_second);
+        const uint4 q_first = wgmma_row(ABLATE & 1 ? raw_first : quantize_fragment(raw_first), t);
+        const uint4 q_second = wgmma_row(ABLATE & 1 ? raw_second : quantize_fragment(raw_second), t);
 #if CN > 1
 #pragma unroll
         for (int r = 0; r < CN; ++r) {  // same slot in every CTA of this split
@@ -420,11 +460,13 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     }
 #pragma unroll
     for (int q = 0; q < S_PER_THREAD; ++q) s_smem[q * NTHREADS + tid] = (u8)s_val[q];
+    if (WGMMA) asm volatile("fence.proxy.async;\n" ::: "memory");  // generic-proxy A stores -> wgmma reads
 #if CN > 1
     cluster_sync();  // every peer's A fragments have landed here
 #else
     __syncthreads();
 #endif
+    if (WGMMA) asm volatile("fence.proxy.async;\n" ::: "memory");
     mark(4);
 
     // 5. MMAs over this warp's chunks.
@@ -482,6 +524,22 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                         bf[nt][h][3] = mul_bf16x2(nibble_pair<3>(w), mult[nt][h]);
                     }
                 }
+#if WGMMA
+            // Word i = k16 steps 2i and 2i+1 of this chunk; the wgmmas read the fragment registers,
+            // so they finish before the next word rewrites them.
+            wgmma_fence();
+#pragma unroll
+            for (int st = 0; st < 2; ++st) {
+                const u32 b_row0 = smem_addr(a_smem) + (((lc * 4 + i) * 2 + st) * 2) * BM * 16;
+                const unsigned long long desc = wgmma_desc(b_row0, BM * 16, 128);
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+                    wgmma_bf16<BM>(acc[nt], bf[nt][0][2 * st], bf[nt][1][2 * st], bf[nt][0][2 * st + 1],
+                                   bf[nt][1][2 * st + 1], desc);
+            }
+            wgmma_commit();
+            wgmma_wait_all();
+#else
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
                 const uint4 x = *reinterpret_cast<const uint4*>(a_smem + ((mt * CH_MAX + lc) * 4 + i) * 512 + lane * 16);
@@ -496,6 +554,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                     }
                 }
             }
+#endif
         }
         if (B_RING) copy_b_chunk(j + B_SLOTS);  // this slot's words are all consumed
     }
@@ -509,7 +568,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            const int nl = (wn * NT + nt) * 16 + g, ml = mt * 8 + 2 * t;
+            const int nl = n_tile16(wn, nt) * 16 + g, ml = mt * 8 + 2 * t;
             float* p = part + (wk * BM + ml) * P_STRIDE + nl;
             p[0] = acc[nt][mt][0];
             p[P_STRIDE] = acc[nt][mt][1];
