@@ -21,6 +21,23 @@ def test_headers_are_collected_transitively(monkeypatch):
     assert runtime._headers_of('#include "a.h"\n', {}) == files
 
 
+def test_compile_target_defaults_to_the_device_and_can_be_overridden(monkeypatch):
+    """load_module compiles for kernel_arch(device) unless `arch` names another target (sm_90a for
+    wgmma); the driver parts are stubbed, so this runs without a GPU."""
+    built = []
+    monkeypatch.setattr(runtime, "kernel_arch", lambda device: "sm_90")
+    monkeypatch.setattr(runtime, "api_for", lambda device: None)
+    monkeypatch.setattr(runtime, "_code_object", lambda api, src, headers, options, arch: built.append((options, arch)))
+    monkeypatch.setattr(runtime, "Module", lambda api, device, code: object())
+    monkeypatch.setattr(runtime, "_modules", {})
+    monkeypatch.setattr(torch.version, "hip", None)
+    device = torch.device("cuda", 0)
+    runtime.load_module("int x;", device, ("-DX=1",))
+    runtime.load_module("int x;", device, ("-DX=1",), arch="sm_90a")
+    assert built == [(("--gpu-architecture=sm_90", "-std=c++17", "-default-device", "-DX=1"), "sm_90"),
+                     (("--gpu-architecture=sm_90a", "-std=c++17", "-default-device", "-DX=1"), "sm_90a")]
+
+
 @pytest.mark.gpu
 def test_compile_launch_and_disk_cache(monkeypatch, tmp_path):
     monkeypatch.setenv(runtime.CACHE_ENV, str(tmp_path))
