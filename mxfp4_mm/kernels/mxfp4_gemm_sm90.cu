@@ -62,6 +62,14 @@ typedef unsigned char u8;
 #if WGMMA
 #include "wgmma_sm90a.h"
 #endif
+// Descriptor strides of the activation tile (bytes between the two K halves / between 8-row
+// groups); -D overrides are for layout experiments (tools/probe_wgmma.py).
+#ifndef WG_LBO
+#define WG_LBO (BM * 16)
+#endif
+#ifndef WG_SBO
+#define WG_SBO 128
+#endif
 // Timing experiments only (tools/ablate_cuda.py; results are wrong): bit mask of stages left out.
 // 1 = A quantization, 2 = B nibble conversion, 4 = MMAs, 8 = B global loads.
 #ifndef ABLATE
@@ -531,7 +539,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 #pragma unroll
             for (int st = 0; st < 2; ++st) {
                 const u32 b_row0 = smem_addr(a_smem) + (((lc * 4 + i) * 2 + st) * 2) * BM * 16;
-                const unsigned long long desc = wgmma_desc(b_row0, BM * 16, 128);
+                const unsigned long long desc = wgmma_desc(b_row0, WG_LBO, WG_SBO);
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt)
                     wgmma_bf16<BM>(acc[nt], bf[nt][0][2 * st], bf[nt][1][2 * st], bf[nt][0][2 * st + 1],
