@@ -97,8 +97,9 @@ constexpr int MT = BM / 8;                              // 8-column MMA tiles al
 constexpr int BN = WN * NT * 16;
 constexpr int NWARPS = WN * WK;
 constexpr int NTHREADS = NWARPS * 32;
-// 4-word loop unrolled for ILP, unless the accumulators already fill the register file.
-constexpr int WORD_UNROLL = NT * MT >= 16 ? 1 : 4;
+// 4-word loop unrolled for ILP, unless the accumulators already fill the register file; always
+// with WGMMA, whose double-buffered fragments need a static buffer index per word.
+constexpr int WORD_UNROLL = WGMMA || NT * MT < 16 ? 4 : 1;
 
 // Shared memory: B pieces (each thread reads back only what it copied), A fragments, B scales;
 // after the MMAs the same space holds the fp32 partial tiles.
@@ -486,6 +487,9 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 #pragma unroll
             for (int q = 0; q < 4; ++q) acc[nt][mt][q] = 0.f;
 
+#if WGMMA
+    u32 wg_frag[2][NT][2][4];  // weight fragments of the last two words (read by running wgmmas)
+#endif
 #pragma unroll 1
     for (int j = 0; j < CHW; ++j) {
         const int lc = wk + j * WK;
@@ -516,7 +520,15 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
             }
 #pragma unroll WORD_UNROLL
         for (int i = 0; i < 4; ++i) {  // word i of each piece; the words rotate through .x
+#if WGMMA
+            // Converting word i overlaps the wgmmas of word i - 1; buffer i & 1 was last read by
+            // the wgmmas of word i - 2, the older of the (at most) two groups in flight.
+            wgmma_wait<1>();
+            wgmma_keep(wg_frag[i & 1]);
+            u32 (&bf)[NT][2][4] = wg_frag[i & 1];
+#else
             u32 bf[NT][2][4];
+#endif
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -533,8 +545,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                     }
                 }
 #if WGMMA
-            // Word i = k16 steps 2i and 2i+1 of this chunk; the wgmmas read the fragment registers,
-            // so they finish before the next word rewrites them.
+            // Word i = k16 steps 2i and 2i+1 of this chunk.
             wgmma_fence();
 #pragma unroll
             for (int st = 0; st < 2; ++st) {
@@ -546,7 +557,6 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                                    bf[nt][1][2 * st + 1], desc);
             }
             wgmma_commit();
-            wgmma_wait_all();
 #else
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
@@ -566,6 +576,10 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
         }
         if (B_RING) copy_b_chunk(j + B_SLOTS);  // this slot's words are all consumed
     }
+#if WGMMA
+    wgmma_wait<0>();
+    wgmma_keep(acc);
+#endif
     cp_async_wait<0>();
     __syncthreads();  // operand space becomes the partial-tile space
     mark(5);

@@ -14,7 +14,19 @@ __device__ __forceinline__ unsigned long long wgmma_desc(unsigned int smem_byte_
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Waits until at most N committed groups are still running.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
+
+// Register operands of a running wgmma must keep their values until its group is waited for;
+// an empty asm that "rewrites" them after the wait keeps the compiler from reusing them earlier.
+__device__ __forceinline__ void wgmma_keep(unsigned int& r) { asm volatile("" : "+r"(r)::"memory"); }
+__device__ __forceinline__ void wgmma_keep(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_keep(T (&regs)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) wgmma_keep(regs[i]);
+}
 
 template <int N>
 __device__ __forceinline__ void wgmma_bf16(float (&d)[N / 8][4], unsigned int a0, unsigned int a1, unsigned int a2,
