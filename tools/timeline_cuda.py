@@ -70,6 +70,7 @@ def main():
                         help="zero = the harness's flush; the others are experiments")
     parser.add_argument("--clock-ghz", type=float, default=1.98, help="SM clock for clock64 deltas")
     parser.add_argument("--shapes", default="", help="'M,N,K ...' (default: the benchmark shapes)")
+    parser.add_argument("--plans", default="", help="'M,N,K:plan ...' (shape and plan, e.g. 256,3072,1536:64,8,2,1,2,4,0,1)")
     args = parser.parse_args()
     device = torch.device("cuda")
     flush = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device=device)
@@ -77,9 +78,12 @@ def main():
     print("µs, median/max over CTAs (last rep)", flush=True)
     print("shape".ljust(16) + "event".rjust(8) + "".join(p.rjust(12) for p in PHASES), flush=True)
     shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes.split()] or BENCH_SHAPES
-    for m, n, k in shapes:
+    work = [(shape, cuda.plan_for(*shape, device)) for shape in shapes]
+    if args.plans:
+        work = [(tuple(int(v) for v in item.split(":")[0].split(",")),
+                 cuda.Plan(*[int(v) for v in item.split(":")[1].split(",")])) for item in args.plans.split()]
+    for (m, n, k), plan in work:
         sets = input_sets_for(m, n, k)
-        plan = cuda.plan_for(m, n, k, device)
         launch = cuda.make_launcher(m, n, k, device, plan, ("-DTIMELINE=1",) + tuple(args.options.split()))
         ctas = 1
         for d in cuda.grid(m, n, plan):
@@ -90,7 +94,7 @@ def main():
         sms = len(set((runs[-1][1][:, 16] & 0xFFFFFFFF).tolist()))
         report.append({"shape": [m, n, k], "plan": list(plan), "ctas": ctas, "sms": sms, "event_us": event_us,
                        "phases_us": summary})
-        print(f"{m}x{n}x{k}".ljust(16) + f"{event_us:8.2f}" +
+        print(f"{m}x{n}x{k} {tuple(plan)}\n".ljust(16) if args.plans else f"{m}x{n}x{k}".ljust(16) + f"{event_us:8.2f}" +
               "".join(f"{summary[p][0]:6.2f}/{summary[p][1]:<5.2f}" for p in PHASES) + f"  {ctas} CTAs on {sms} SMs",
               flush=True)
     if args.out:
