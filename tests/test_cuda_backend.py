@@ -159,3 +159,62 @@ def test_quantization_matches_golden():
         assert torch.equal(scales.cpu()[keep], case["scale"][keep]), case["kind"]
         keep_bytes = keep.repeat_interleave(16, dim=1)
         assert torch.equal(codes.cpu()[keep_bytes], case["fp4"][keep_bytes]), case["kind"]
+
+
+# ---- operands outside the folded-scale range: the exact per-CTA fallback (WIDE_FALLBACK) -------
+
+def _extreme(m, n, k, case, seed=7, device="cuda"):
+    """Harness-style inputs pushed outside the range the folded bf16 operands cover."""
+    from mxfp4_mm import spec
+    a, b, b_q, b_shuffle, b_scale_sh = make_inputs(m, n, k, seed=seed, device=device)
+    scales = spec.e8m0_unshuffle(b_scale_sh, n, k // 32).clone()
+    a = a.clone()
+    if case == "b_scale_high":  # |B| ~ 2^80 on a few rows: products stay finite in fp32
+        scales[::7] = (scales[::7].int() + 80).to(torch.uint8)
+    elif case == "b_scale_low":  # B scales 2^-66..2^-63 on a few whole rows, A scaled up to match
+        scales[::5] = torch.randint(61, 65, scales[::5].shape, dtype=torch.uint8, device=device)
+        a = (a.float() * 2.0 ** 58).to(torch.bfloat16)
+    elif case == "a_huge":  # |A| ~ 2^70 on every third row: block exponents above 64
+        a[::3] = (a[::3].float() * 2.0 ** 70).to(torch.bfloat16)
+    elif case == "a_nan":  # a NaN quantizes to code 0 (the reference's rows stay finite)
+        a[::3, 5] = float("nan")
+    elif case == "b_scale_nan":  # e8m0 255 = NaN: those outputs are NaN in the reference too
+        scales[3, 0] = 255
+    return a, b, b_q, b_shuffle, spec.e8m0_shuffle(scales)
+
+
+EXTREME_CASES = ["b_scale_high", "b_scale_low", "a_huge", "a_nan", "b_scale_nan"]
+# One plan per code path: split-K with a cluster of N tiles, plain split-K, WK > 1, wgmma.
+EXTREME_PLANS = [((4, 2880, 512), None), ((16, 2112, 7168), None), ((64, 7168, 2048), None),
+                 ((256, 3072, 1536), None), ((33, 480, 1600), (16, 2, 1, 2, 2, 2, 0, 0)),
+                 ((17, 480, 1600), (32, 4, 2, 2, 2, 1, 0, 1))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, plan", EXTREME_PLANS)
+def test_out_of_range_operands_match_the_reference(shape, plan):
+    if not _sm90():
+        pytest.skip("needs sm_90")
+    plan = cuda.Plan(*plan) if plan else None
+    assert plan is None or cuda.is_valid(*shape, plan)
+    run = cuda.make_runner(*shape, torch.device("cuda"), plan)
+    for case in EXTREME_CASES:
+        data = _extreme(*shape, case)
+        out = run(data[0], data[2], data[3], data[4])
+        ref = reference_output(data)
+        assert bool(ref.isfinite().all()) == (case != "b_scale_nan"), case  # the case means what it says
+        assert_harness_close(out, ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["b_scale_high", "a_huge", "a_nan"])
+def test_without_the_fallback_these_cases_fail(case):
+    """The extreme cases really leave the fast path's range (so the test above can fail)."""
+    if not _sm90():
+        pytest.skip("needs sm_90")
+    shape = (16, 2112, 7168)
+    run = cuda.make_runner(*shape, torch.device("cuda"), extra_options=("-DWIDE_FALLBACK=0",))
+    data = _extreme(*shape, case)
+    out = run(data[0], data[2], data[3], data[4])
+    with pytest.raises(AssertionError):
+        assert_harness_close(out, reference_output(data))

@@ -94,7 +94,7 @@ def main():
         sms = len(set((runs[-1][1][:, 16] & 0xFFFFFFFF).tolist()))
         report.append({"shape": [m, n, k], "plan": list(plan), "ctas": ctas, "sms": sms, "event_us": event_us,
                        "phases_us": summary})
-        print(f"{m}x{n}x{k} {tuple(plan)}\n".ljust(16) if args.plans else f"{m}x{n}x{k}".ljust(16) + f"{event_us:8.2f}" +
+        print((f"{m}x{n}x{k} {tuple(plan)}\n".ljust(16) if args.plans else f"{m}x{n}x{k}".ljust(16)) + f"{event_us:8.2f}" +
               "".join(f"{summary[p][0]:6.2f}/{summary[p][1]:<5.2f}" for p in PHASES) + f"  {ctas} CTAs on {sms} SMs",
               flush=True)
     if args.out:

@@ -7,8 +7,9 @@
 //      (code 1 = 0.5 becomes a bf16 subnormal); one bf16x2 multiply by 2^(sb-64) scales it.
 //   A: quantized in the CTA (SPEC §2, bit-exact rounding via a magic-number add), stored in
 //      shared memory as bf16 e2m1 * 2^(sa-127) * 2^63 (exact: two significant bits).
-//      Note 2^(e+63) stays finite only for sa <= 191, like the B side.
-//   Products are a*b*2^(sa+sb-254): exact in fp32. Valid while scale bytes stay <= 191.
+//   Products are a*b*2^(sa+sb-254): exact in fp32 while both operands are normal bf16, i.e. B
+//   scale bytes in [65, 191] and A block exponents <= 62 (|A| up to ~2^64): always, for
+//   real data. Outside that range a CTA recomputes its tile exactly (WIDE_FALLBACK, below).
 // The 32 K values of a thread's scale block may be visited in any order as long as A and B
 // agree, so each thread owns one whole scale block per 128-K chunk and pairs its nibbles as
 // (j, j+4): that makes the B conversion a few shifts and masks.
@@ -84,6 +85,13 @@ typedef unsigned char u8;
 // B_LATE: issue the B copies only once this thread's A rows have landed, so a large A slab does
 // not come back behind the B traffic (measured on the H200, notes/cuda.md "v6"); for a small slab
 // issuing B at once is better. -DB_LATE=0/1 overrides the rule (experiments).
+// WIDE_FALLBACK: a CTA whose operands leave the folded-scale range (a B scale byte below 65, or
+// an A block exponent or B scale that the fold turns into inf: then its partial sums are not
+// finite) recomputes its partial tile with exact fp32 scalar code (`wide_partial`): slow, but
+// never silently wrong. Off in the timing experiments, whose results are garbage anyway.
+#ifndef WIDE_FALLBACK
+#define WIDE_FALLBACK (!ABLATE && !TIMELINE)
+#endif
 #ifndef B_LATE
 #define B_LATE (BM * ((GK + 127) / 128 + SPLITK - 1) / SPLITK * 256 >= 16384)
 #endif
@@ -187,9 +195,10 @@ __device__ __forceinline__ u32 nibble_pair(u32 w) {
     return mag | sgn;
 }
 
-// bf16x2 multiplier 2^(s-64) in both halves (s clamped to 191 to stay finite).
+// bf16x2 multiplier 2^(s-64) in both halves; inf for s >= 192 (not representable), which makes
+// the CTA's sums non-finite and sends it to the exact fallback.
 __device__ __forceinline__ u32 b_scale_multiplier(u32 s) {
-    return (min(s, 191u) + 63u) * 0x00800080u;
+    return (min(s, 192u) + 63u) * 0x00800080u;
 }
 
 // ---- A: SPEC §2 quantization of 8 consecutive values; 4 lanes (xor 8, 16) share a block ----
@@ -255,7 +264,8 @@ __device__ __forceinline__ uint4 quantize_fragment(uint4 raw) {
     u32 rq[4];
     int e;
     quantize8(raw, rq, e);
-    const u32 fold = (u32)min(e + 190, 254) * 0x00800080u;  // 2^(e+63) in both halves
+    // 2^(e+63) in both halves; inf when e > 64 (not representable): see WIDE_FALLBACK.
+    const u32 fold = (u32)min(e + 190, 255) * 0x00800080u;
     return make_uint4(mul_bf16x2(rq[0], fold), mul_bf16x2(rq[1], fold), mul_bf16x2(rq[2], fold),
                       mul_bf16x2(rq[3], fold));
 }
@@ -341,6 +351,60 @@ __device__ __forceinline__ int cta_n_tile() { return (int)blockIdx.x; }
 __device__ __forceinline__ u32 split_peer_rank(int s) { return (u32)s; }
 #endif
 
+// ---- exact fallback (operands outside the folded-scale range; never taken on real data) -----
+
+__device__ float pow2_exact(int p) {  // 2^p for p in [-149, 127], subnormals included
+    return p >= -126 ? __int_as_float((p + 127) << 23) : __int_as_float(1 << (p + 149));
+}
+
+__device__ float e2m1_magnitude(u32 c) {  // code 0..7 -> 0, 0.5, 1, 1.5, 2, 3, 4, 6
+    return c < 2 ? 0.5f * (float)c : __int_as_float((((c >> 1) + 126) << 23) | ((c & 1) << 22));
+}
+
+// SPEC §2 for one A value of a block with exponent e, dequantized (spec.quantize_mxfp4 then
+// dequantize_mxfp4, in fp32): NaN -> code 0, inf -> 6, ties to even.
+__device__ float a_quant_dequant(u32 bits16, int e) {
+    const float x = __uint_as_float(bits16 << 16);
+    const float q = fabsf(x * pow2_exact(-e));
+    const u32 code = (q > 0.25f) + (q >= 0.75f) + (q > 1.25f) + (q >= 1.75f) + (q > 2.5f) + (q >= 3.5f) + (q > 5.0f);
+    const float v = e2m1_magnitude(code) * pow2_exact(e);
+    return bits16 & 0x8000u ? -v : v;
+}
+
+__device__ float b_dequant(const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh, int n, int k) {
+    const u32 byte = b_q[(size_t)n * (GK / 2) + k / 2];
+    const u32 code = k & 1 ? byte >> 4 : byte & 15u;
+    const u32 s = b_scale_sh[scale_row_offset(n) + scale_col_offset(k / 32)];
+    const float v = e2m1_magnitude(code & 7u) * (s == 255u ? __int_as_float(0x7FC00000) : pow2_exact((int)s - 127));
+    return code & 8u ? -v : v;
+}
+
+// This CTA's partial tile over its K range in plain fp32 (the reference GEMM's arithmetic), into
+// warp slice 0 of `part`; the other slices are zeroed so the usual reduction follows.
+__device__ __noinline__ void wide_partial(const u16* __restrict__ a, const u8* __restrict__ b_q,
+                                          const u8* __restrict__ b_scale_sh, float* part, int m0, int n0,
+                                          int chunk_begin, int chunks, int tid) {
+    const int kb_begin = chunk_begin * 4, kb_end = min((chunk_begin + chunks) * 4, KBLOCKS);
+    for (int p = tid; p < BM * (BN / 4); p += NTHREADS) {
+        const int ml = p % BM, nl = (p / BM) * 4, gm = m0 + ml;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int kb = kb_begin; kb < kb_end && gm < GM; ++kb) {
+            const u16* row = a + (size_t)gm * GK + kb * 32;
+            u32 amax = 0;
+            for (int i = 0; i < 32; ++i) amax = max(amax, (u32)(row[i] & 0x7FFFu));  // NaN bits sort last
+            const int field = (int)((((amax << 16) + 0x200000u) & 0x7F800000u) >> 23);
+            const int e = field == 255 ? 127 : max(field - 129, -127);
+            for (int i = 0; i < 32; ++i) {
+                const float av = a_quant_dequant(row[i], e);
+                for (int j = 0; j < 4; ++j)
+                    if (n0 + nl + j < GN) acc[j] = fmaf(av, b_dequant(b_q, b_scale_sh, n0 + nl + j, kb * 32 + i), acc[j]);
+            }
+        }
+        for (int w = 0; w < WK; ++w)
+            for (int j = 0; j < 4; ++j) part[(w * BM + ml) * P_STRIDE + nl + j] = w == 0 ? acc[j] : 0.f;
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(NTHREADS) CLUSTER_ATTR
 mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh,
            u16* __restrict__ c) {
@@ -419,6 +483,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     // A work). Never the padding: rows < N and blocks < K/32 only. (ptxas sinks these loads below
     // the A wait; parking them before it was measured slower overall: notes/cuda.md v6.)
     u32 s_val[S_PER_THREAD];
+    bool b_scale_low = false;  // a B scale below the folded range (see WIDE_FALLBACK)
 #pragma unroll
     for (int j = 0; j < CHW; ++j) {
         const int lc = wk + j * WK;
@@ -428,6 +493,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
             const int row = n0 + n_tile16(wn, q / 2) * 16 + g + 8 * (q % 2);
             const bool valid = lc < chunks && row < GN && block < KBLOCKS;
             s_val[j * NT * 2 + q] = valid ? __ldg(b_scale_sh + scale_row_offset(row) + scale_col_offset(block)) : 0u;
+            b_scale_low |= valid && s_val[j * NT * 2 + q] < 65u;
         }
     }
     mark(2);
@@ -581,22 +647,40 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     wgmma_keep(acc);
 #endif
     cp_async_wait<0>();
+#if WIDE_FALLBACK
+    bool out_of_range = b_scale_low;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) out_of_range |= !(fabsf(acc[nt][mt][q]) <= 3.402823466e38f);  // inf or NaN
+    const bool wide = __syncthreads_or(out_of_range);  // also: operand space becomes the partial-tile space
+#else
     __syncthreads();  // operand space becomes the partial-tile space
+#endif
     mark(5);
 
     // 6. Partial tile [wk][m][n] in shared memory, then sum over warps and cluster ranks.
     float* const part = reinterpret_cast<float*>(smem);
+#if !WIDE_FALLBACK
+    constexpr bool wide = false;
+#endif
+    if (wide) {
+        wide_partial(a, b_q, b_scale_sh, part, m0, n0, chunk_begin, chunks, tid);
+    } else {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            const int nl = n_tile16(wn, nt) * 16 + g, ml = mt * 8 + 2 * t;
-            float* p = part + (wk * BM + ml) * P_STRIDE + nl;
-            p[0] = acc[nt][mt][0];
-            p[P_STRIDE] = acc[nt][mt][1];
-            p[8] = acc[nt][mt][2];
-            p[P_STRIDE + 8] = acc[nt][mt][3];
-        }
+            for (int mt = 0; mt < MT; ++mt) {
+                const int nl = n_tile16(wn, nt) * 16 + g, ml = mt * 8 + 2 * t;
+                float* p = part + (wk * BM + ml) * P_STRIDE + nl;
+                p[0] = acc[nt][mt][0];
+                p[P_STRIDE] = acc[nt][mt][1];
+                p[8] = acc[nt][mt][2];
+                p[P_STRIDE + 8] = acc[nt][mt][3];
+            }
+    }
 #if SPLITK > 1
     cluster_sync();
 #else
