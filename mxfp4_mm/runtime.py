@@ -59,6 +59,23 @@ def _search_roots():
     return torch_lib, site, cuda_home, rocm
 
 
+# The calls both vendors need, by vendor: the compiler library's prefix, then per attribute of _Api
+# the symbol (compiler symbols without the prefix).
+_SYMBOLS = {
+    "nvidia": ("nvrtc", {
+        "rtc_create": "CreateProgram", "rtc_compile": "CompileProgram",
+        "rtc_log_size": "GetProgramLogSize", "rtc_log": "GetProgramLog",
+        "rtc_code_size": "GetCUBINSize", "rtc_code": "GetCUBIN", "rtc_destroy": "DestroyProgram",
+    }, {"module_load": "cuModuleLoadData", "module_function": "cuModuleGetFunction", "launch": "cuLaunchKernel"}),
+    "amd": ("hiprtc", {
+        "rtc_create": "CreateProgram", "rtc_compile": "CompileProgram",
+        "rtc_log_size": "GetProgramLogSize", "rtc_log": "GetProgramLog",
+        "rtc_code_size": "GetCodeSize", "rtc_code": "GetCode", "rtc_destroy": "DestroyProgram",
+    }, {"module_load": "hipModuleLoadData", "module_function": "hipModuleGetFunction",
+        "launch": "hipModuleLaunchKernel"}),
+}
+
+
 class _Api:
     """The handful of calls both vendors need, bound to one vendor's libraries."""
 
@@ -70,14 +87,6 @@ class _Api:
                 ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"],
                 [f"{s}/nvidia/**/libnvrtc.so*" for s in site] + [f"{cuda_home}/lib64/libnvrtc.so*"])
             self.drv = _find_library(["libcuda.so.1", "libcuda.so"], [])
-            p = "nvrtc"
-            self.rtc_create, self.rtc_compile = self.rtc.nvrtcCreateProgram, self.rtc.nvrtcCompileProgram
-            self.rtc_log_size, self.rtc_log = self.rtc.nvrtcGetProgramLogSize, self.rtc.nvrtcGetProgramLog
-            self.rtc_code_size, self.rtc_code = self.rtc.nvrtcGetCUBINSize, self.rtc.nvrtcGetCUBIN
-            self.rtc_destroy = self.rtc.nvrtcDestroyProgram
-            self.module_load, self.module_function = self.drv.cuModuleLoadData, self.drv.cuModuleGetFunction
-            self.launch = self.drv.cuLaunchKernel
-            self.drv.cuInit(0)
         else:
             self.rtc = _find_library(
                 ["libhiprtc.so", "libhiprtc.so.7", "libhiprtc.so.6"],
@@ -85,17 +94,17 @@ class _Api:
             self.drv = _find_library(
                 ["libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6"],
                 [f"{torch_lib}/libamdhip64.so*", f"{rocm}/lib/libamdhip64.so*"])
-            p = "hiprtc"
-            self.rtc_create, self.rtc_compile = self.rtc.hiprtcCreateProgram, self.rtc.hiprtcCompileProgram
-            self.rtc_log_size, self.rtc_log = self.rtc.hiprtcGetProgramLogSize, self.rtc.hiprtcGetProgramLog
-            self.rtc_code_size, self.rtc_code = self.rtc.hiprtcGetCodeSize, self.rtc.hiprtcGetCode
-            self.rtc_destroy = self.rtc.hiprtcDestroyProgram
-            self.module_load, self.module_function = self.drv.hipModuleLoadData, self.drv.hipModuleGetFunction
-            self.launch = self.drv.hipModuleLaunchKernel
+        prefix, rtc_symbols, drv_symbols = _SYMBOLS[vendor]
+        for attr, symbol in rtc_symbols.items():
+            setattr(self, attr, getattr(self.rtc, prefix + symbol))
+        for attr, symbol in drv_symbols.items():
+            setattr(self, attr, getattr(self.drv, symbol))
+        if vendor == "nvidia":
+            self.drv.cuInit(0)
         self.launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
         major, minor = ctypes.c_int(), ctypes.c_int()
-        getattr(self.rtc, p + "Version")(ctypes.byref(major), ctypes.byref(minor))
-        self.rtc_version = f"{p}-{major.value}.{minor.value}"
+        getattr(self.rtc, prefix + "Version")(ctypes.byref(major), ctypes.byref(minor))
+        self.rtc_version = f"{prefix}-{major.value}.{minor.value}"
 
     def check(self, code, what):
         if code != 0:

@@ -67,3 +67,34 @@ def test_compile_error_names_the_problem(monkeypatch, tmp_path):
     monkeypatch.setenv(runtime.CACHE_ENV, str(tmp_path))
     with pytest.raises(runtime.CompileError, match="kernel compile failed"):
         runtime.load_module("extern \"C\" __global__ void broken( { }", torch.device("cuda"))
+
+
+class _FakeLibrary:
+    """Any symbol is a callable that records its name and returns 0 (CUDA_SUCCESS / hipSuccess)."""
+
+    def __init__(self):
+        self.bound = []
+
+    def __getattr__(self, symbol):
+        def call(*args):
+            return 0
+        call.symbol = symbol
+        self.bound.append(symbol)
+        return call
+
+
+@pytest.mark.parametrize("vendor, expected", [
+    ("nvidia", {"rtc_create": "nvrtcCreateProgram", "rtc_code_size": "nvrtcGetCUBINSize",
+                "rtc_code": "nvrtcGetCUBIN", "module_load": "cuModuleLoadData", "launch": "cuLaunchKernel"}),
+    ("amd", {"rtc_create": "hiprtcCreateProgram", "rtc_code_size": "hiprtcGetCodeSize",
+             "rtc_code": "hiprtcGetCode", "module_load": "hipModuleLoadData", "launch": "hipModuleLaunchKernel"}),
+])
+def test_api_binds_each_vendors_symbols(monkeypatch, vendor, expected):
+    monkeypatch.setattr(runtime, "_find_library", lambda names, patterns: _FakeLibrary())
+    api = runtime._Api(vendor)
+    for attr, symbol in expected.items():
+        assert getattr(api, attr).symbol == symbol, attr
+    for attr in ("rtc_compile", "rtc_log_size", "rtc_log", "rtc_destroy", "module_function"):
+        assert callable(getattr(api, attr)), attr
+    assert api.rtc_version.startswith("nvrtc-" if vendor == "nvidia" else "hiprtc-")
+    assert ("cuInit" in api.drv.bound) == (vendor == "nvidia")
