@@ -180,10 +180,13 @@ def _extreme(m, n, k, case, seed=7, device="cuda"):
         a[::3, 5] = float("nan")
     elif case == "b_scale_nan":  # e8m0 255 = NaN: those outputs are NaN in the reference too
         scales[3, 0] = 255
-    return a, b, b_q, b_shuffle, spec.e8m0_shuffle(scales)
+    elif case == "b_zero_rows":  # all-zero blocks quantize to scale byte 0 (the fast path's)
+        b_q = b_q.clone()
+        b_q[::9], scales[::9] = 0, 0
+    return a, b, b_q, spec.shuffle_weight(b_q), spec.e8m0_shuffle(scales)
 
 
-EXTREME_CASES = ["b_scale_high", "b_scale_low", "a_huge", "a_nan", "b_scale_nan"]
+EXTREME_CASES = ["b_scale_high", "b_scale_low", "a_huge", "a_nan", "b_scale_nan", "b_zero_rows"]
 # One plan per code path: split-K with a cluster of N tiles, plain split-K, WK > 1, wgmma.
 EXTREME_PLANS = [((4, 2880, 512), None), ((16, 2112, 7168), None), ((64, 7168, 2048), None),
                  ((256, 3072, 1536), None), ((33, 480, 1600), (16, 2, 1, 2, 2, 2, 0, 0)),

@@ -8,8 +8,9 @@
 //   A: quantized in the CTA (SPEC §2, bit-exact rounding via a magic-number add), stored in
 //      shared memory as bf16 e2m1 * 2^(sa-127) * 2^63 (exact: two significant bits).
 //   Products are a*b*2^(sa+sb-254): exact in fp32 while both operands are normal bf16, i.e. B
-//   scale bytes in [65, 191] and A block exponents <= 62 (|A| up to ~2^64): always, for
-//   real data. Outside that range a CTA recomputes its tile exactly (WIDE_FALLBACK, below).
+//   scale bytes in [65, 191] (or 0: an all-zero block) and A block exponents <= 62 (|A| up to
+//   ~2^64): always, for real data. Outside that range a CTA recomputes its tile exactly
+//   (WIDE_FALLBACK, below).
 // The 32 K values of a thread's scale block may be visited in any order as long as A and B
 // agree, so each thread owns one whole scale block per 128-K chunk and pairs its nibbles as
 // (j, j+4): that makes the B conversion a few shifts and masks.
@@ -85,7 +86,7 @@ typedef unsigned char u8;
 // B_LATE: issue the B copies only once this thread's A rows have landed, so a large A slab does
 // not come back behind the B traffic (measured on the H200, notes/cuda.md "v6"); for a small slab
 // issuing B at once is better. -DB_LATE=0/1 overrides the rule (experiments).
-// WIDE_FALLBACK: a CTA whose operands leave the folded-scale range (a B scale byte below 65, or
+// WIDE_FALLBACK: a CTA whose operands leave the folded-scale range (a B scale byte in 1..64, or
 // an A block exponent or B scale that the fold turns into inf: then its partial sums are not
 // finite) recomputes its partial tile with exact fp32 scalar code (`wide_partial`): slow, but
 // never silently wrong. Off in the timing experiments, whose results are garbage anyway.
@@ -493,7 +494,8 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
             const int row = n0 + n_tile16(wn, q / 2) * 16 + g + 8 * (q % 2);
             const bool valid = lc < chunks && row < GN && block < KBLOCKS;
             s_val[j * NT * 2 + q] = valid ? __ldg(b_scale_sh + scale_row_offset(row) + scale_col_offset(block)) : 0u;
-            b_scale_low |= valid && s_val[j * NT * 2 + q] < 65u;
+            // Byte 0 is an all-zero block (the quantizer's output for amax 0): exact as it is.
+            b_scale_low |= valid && s_val[j * NT * 2 + q] - 1u < 64u;
         }
     }
     mark(2);
