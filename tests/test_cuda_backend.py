@@ -178,6 +178,8 @@ def _extreme(m, n, k, case, seed=7, device="cuda"):
         a[::3] = (a[::3].float() * 2.0 ** 70).to(torch.bfloat16)
     elif case == "a_nan":  # a NaN quantizes to code 0 (the reference's rows stay finite)
         a[::3, 5] = float("nan")
+    elif case == "a_nan_payload":  # a NaN whose payload would carry out of the exponent rounding
+        a.view(torch.int16)[::3, 5] = 0x7FE3
     elif case == "b_scale_nan":  # e8m0 255 = NaN: those outputs are NaN in the reference too
         scales[3, 0] = 255
     elif case == "b_zero_rows":  # all-zero blocks quantize to scale byte 0 (the fast path's)
@@ -186,7 +188,7 @@ def _extreme(m, n, k, case, seed=7, device="cuda"):
     return a, b, b_q, spec.shuffle_weight(b_q), spec.e8m0_shuffle(scales)
 
 
-EXTREME_CASES = ["b_scale_high", "b_scale_low", "a_huge", "a_nan", "b_scale_nan", "b_zero_rows"]
+EXTREME_CASES = ["b_scale_high", "b_scale_low", "a_huge", "a_nan", "a_nan_payload", "b_scale_nan", "b_zero_rows"]
 # One plan per code path: split-K with a cluster of N tiles, plain split-K, WK > 1, wgmma.
 EXTREME_PLANS = [((4, 2880, 512), None), ((16, 2112, 7168), None), ((64, 7168, 2048), None),
                  ((256, 3072, 1536), None), ((33, 480, 1600), (16, 2, 1, 2, 2, 2, 0, 0)),
@@ -210,7 +212,7 @@ def test_out_of_range_operands_match_the_reference(shape, plan):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", ["b_scale_high", "a_huge", "a_nan"])
+@pytest.mark.parametrize("case", ["b_scale_high", "a_huge", "a_nan", "a_nan_payload"])
 def test_without_the_fallback_these_cases_fail(case):
     """The extreme cases really leave the fast path's range (so the test above can fail)."""
     if not _sm90():

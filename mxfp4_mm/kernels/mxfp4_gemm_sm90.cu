@@ -64,6 +64,7 @@ typedef unsigned char u8;
 #if WGMMA
 #include "wgmma_sm90a.h"
 #endif
+#include "mxfp4_exact.h"
 // Descriptor strides of the activation tile (bytes between the two K halves / between 8-row
 // groups); -D overrides are for layout experiments (tools/probe_wgmma.py).
 #ifndef WG_LBO
@@ -246,7 +247,9 @@ __device__ __forceinline__ void quantize8(uint4 raw, u32 (&r)[4], int& e) {
     m = max(m & 0xFFFFu, m >> 16);
     m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 8));
     m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 16));
-    // Round amax's bits up to a power of two, e = floor(log2) - 2, clamped; inf/nan -> 127.
+    // Round amax's bits up to a power of two, e = floor(log2) - 2, clamped; inf/nan -> 127 (NaN
+    // taken as inf first: a payload >= 0x7FE0 would carry out of the rounding add).
+    m = min(m, 0x7F80u);
     const int field = (int)((((m << 16) + 0x200000u) & 0x7F800000u) >> 23);
     e = field == 255 ? 127 : max(field - 129, -127);
     const u32 inv_scale = (u32)max(127 - e, 0) * 0x00800080u;  // 2^-e in both halves
@@ -354,30 +357,9 @@ __device__ __forceinline__ u32 split_peer_rank(int s) { return (u32)s; }
 
 // ---- exact fallback (operands outside the folded-scale range; never taken on real data) -----
 
-__device__ float pow2_exact(int p) {  // 2^p for p in [-149, 127], subnormals included
-    return p >= -126 ? __int_as_float((p + 127) << 23) : __int_as_float(1 << (p + 149));
-}
-
-__device__ float e2m1_magnitude(u32 c) {  // code 0..7 -> 0, 0.5, 1, 1.5, 2, 3, 4, 6
-    return c < 2 ? 0.5f * (float)c : __int_as_float((((c >> 1) + 126) << 23) | ((c & 1) << 22));
-}
-
-// SPEC §2 for one A value of a block with exponent e, dequantized (spec.quantize_mxfp4 then
-// dequantize_mxfp4, in fp32): NaN -> code 0, inf -> 6, ties to even.
-__device__ float a_quant_dequant(u32 bits16, int e) {
-    const float x = __uint_as_float(bits16 << 16);
-    const float q = fabsf(x * pow2_exact(-e));
-    const u32 code = (q > 0.25f) + (q >= 0.75f) + (q > 1.25f) + (q >= 1.75f) + (q > 2.5f) + (q >= 3.5f) + (q > 5.0f);
-    const float v = e2m1_magnitude(code) * pow2_exact(e);
-    return bits16 & 0x8000u ? -v : v;
-}
-
 __device__ float b_dequant(const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh, int n, int k) {
     const u32 byte = b_q[(size_t)n * (GK / 2) + k / 2];
-    const u32 code = k & 1 ? byte >> 4 : byte & 15u;
-    const u32 s = b_scale_sh[scale_row_offset(n) + scale_col_offset(k / 32)];
-    const float v = e2m1_magnitude(code & 7u) * (s == 255u ? __int_as_float(0x7FC00000) : pow2_exact((int)s - 127));
-    return code & 8u ? -v : v;
+    return e2m1_e8m0_value(k & 1 ? byte >> 4 : byte & 15u, b_scale_sh[scale_row_offset(n) + scale_col_offset(k / 32)]);
 }
 
 // This CTA's partial tile over its K range in plain fp32 (the reference GEMM's arithmetic), into
@@ -393,10 +375,9 @@ __device__ __noinline__ void wide_partial(const u16* __restrict__ a, const u8* _
             const u16* row = a + (size_t)gm * GK + kb * 32;
             u32 amax = 0;
             for (int i = 0; i < 32; ++i) amax = max(amax, (u32)(row[i] & 0x7FFFu));  // NaN bits sort last
-            const int field = (int)((((amax << 16) + 0x200000u) & 0x7F800000u) >> 23);
-            const int e = field == 255 ? 127 : max(field - 129, -127);
+            const int e = block_exponent(amax);
             for (int i = 0; i < 32; ++i) {
-                const float av = a_quant_dequant(row[i], e);
+                const float av = quant_dequant(row[i], e);
                 for (int j = 0; j < 4; ++j)
                     if (n0 + nl + j < GN) acc[j] = fmaf(av, b_dequant(b_q, b_scale_sh, n0 + nl + j, kb * 32 + i), acc[j]);
             }
