@@ -247,11 +247,7 @@ __device__ __forceinline__ void quantize8(uint4 raw, u32 (&r)[4], int& e) {
     m = max(m & 0xFFFFu, m >> 16);
     m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 8));
     m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 16));
-    // Round amax's bits up to a power of two, e = floor(log2) - 2, clamped; inf/nan -> 127 (NaN
-    // taken as inf first: a payload >= 0x7FE0 would carry out of the rounding add).
-    m = min(m, 0x7F80u);
-    const int field = (int)((((m << 16) + 0x200000u) & 0x7F800000u) >> 23);
-    e = field == 255 ? 127 : max(field - 129, -127);
+    e = block_exponent(m);  // kernels/mxfp4_exact.h
     const u32 inv_scale = (u32)max(127 - e, 0) * 0x00800080u;  // 2^-e in both halves
     // q rounded to the e2m1 grid: (q + magic) - magic, where magic = 1.5 * 2^(binade + 6) has
     // the grid step as its bf16 ulp (0.5 below 2, then 1, then 2); the add rounds to nearest even.
