@@ -84,9 +84,6 @@ typedef unsigned char u8;
 #ifndef TIMELINE
 #define TIMELINE 0
 #endif
-// B_LATE: issue the B copies only once this thread's A rows have landed, so a large A slab does
-// not come back behind the B traffic (measured on the H200, notes/cuda.md "v6"); for a small slab
-// issuing B at once is better. -DB_LATE=0/1 overrides the rule (experiments).
 // WIDE_FALLBACK: a CTA whose operands leave the folded-scale range (a B scale byte in 1..64, or
 // an A block exponent or B scale that the fold turns into inf: then its partial sums are not
 // finite) recomputes its partial tile with exact fp32 scalar code (`wide_partial`): slow, but
@@ -94,6 +91,9 @@ typedef unsigned char u8;
 #ifndef WIDE_FALLBACK
 #define WIDE_FALLBACK (!ABLATE && !TIMELINE)
 #endif
+// B_LATE: issue the B copies only once this thread's A rows have landed, so a large A slab does
+// not come back behind the B traffic (measured on the H200, notes/cuda.md "v6"); for a small slab
+// issuing B at once is better. -DB_LATE=0/1 overrides the rule (experiments).
 #ifndef B_LATE
 #define B_LATE (BM * ((GK + 127) / 128 + SPLITK - 1) / SPLITK * 256 >= 16384)
 #endif
