@@ -6,25 +6,19 @@ partials inside a thread-block cluster. It keeps no state between calls (no scra
 so one runner may serve any queue. Compiled once per shape through NVRTC (disk-cached).
 """
 
-import collections
 import ctypes
 
 import torch
 
 from .. import runtime
 from ..kernels import read_source
+from ..tables.cuda_plans import (  # noqa: F401  (re-exported: tests and tools use cuda.<name>)
+    MAX_SMEM, PLANS, WGMMA_BMS, Plan, chunks, chunks_per_warp, compile_options, general_plan, grid,
+    is_valid, plan_cost, smem_bytes)
 
 NAME = "cuda"
 SOURCE = "mxfp4_gemm_sm90.cu"
-MAX_SMEM = 227 * 1024
 _MAX_DYNAMIC_SHARED_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-
-# bm: rows of M per CTA; wn: warps along N; nt: 16-row N tiles per warp; wk: warps along K;
-# split_k: CTAs along K (one cluster); cn: neighbouring N tiles quantizing A together (v5 when > 1;
-# cluster size cn * split_k, at most 8); ring: B chunks in flight per thread (v5 when > 0; 0 = all);
-# wg: 1 = warpgroup wgmma MMAs (v7, sm_90a only: wn % 4 == 0, bm in WGMMA_BMS).
-Plan = collections.namedtuple("Plan", "bm wn nt wk split_k cn ring wg", defaults=(1, 0, 0))
-WGMMA_BMS = (16, 32, 64, 128)  # the wgmma N sizes kernels/wgmma_sm90a.h provides
 
 
 def is_available(device: torch.device) -> bool:
@@ -35,60 +29,7 @@ def is_available(device: torch.device) -> bool:
     return runtime.is_available(device)
 
 
-# ---- plan geometry (mirrors the constexprs at the top of the kernel) ----------------------
-
-def chunks(k: int) -> int:
-    return -(-k // 128)
-
-
-def chunks_per_warp(k: int, plan: Plan) -> int:
-    return -(-(-(-chunks(k) // plan.split_k)) // plan.wk)
-
-
-def smem_bytes(m: int, n: int, k: int, plan: Plan) -> int:
-    threads = plan.wn * plan.wk * 32
-    ch_max = -(-chunks(k) // plan.split_k)
-    chw = chunks_per_warp(k, plan)
-    bn = plan.wn * plan.nt * 16
-    b_slots = min(chw, plan.ring) if plan.ring else chw
-    b = b_slots * plan.nt * 2 * threads * 16
-    a = plan.bm // 8 * ch_max * 2048
-    s = -(-chw * plan.nt * 2 * threads // 16) * 16
-    partial = plan.wk * plan.bm * (bn + 4) * 4
-    return max(b + a + s, partial)
-
-
-def grid(m: int, n: int, plan: Plan):
-    n_tiles, m_tiles = -(-n // (plan.wn * plan.nt * 16)), -(-m // plan.bm)
-    if plan.cn > 1:  # v5: 1-D clusters of cn N tiles x split_k along x (tiles padded to cn)
-        return (-(-n_tiles // plan.cn) * plan.cn * plan.split_k, 1, m_tiles)
-    return (n_tiles, plan.split_k, m_tiles)
-
-
-def is_valid(m: int, n: int, k: int, plan: Plan) -> bool:
-    threads = plan.wn * plan.wk * 32
-    ch_max = -(-chunks(k) // plan.split_k)
-    return (plan.bm % 8 == 0 and 8 <= plan.bm <= 256 and 1 <= plan.split_k <= min(8, chunks(k))
-            and plan.cn >= 1 and plan.cn * plan.split_k <= 8 and plan.ring >= 0
-            and 32 <= threads <= 1024 and plan.nt * plan.bm // 8 * 4 <= 128
-            and -(-ch_max // plan.wk) <= 32 and -(-ch_max // plan.wk) * plan.nt * 2 <= 64
-            and smem_bytes(m, n, k, plan) <= MAX_SMEM
-            and (not plan.wg or (plan.wn % 4 == 0 and plan.bm in WGMMA_BMS)))
-
-
-def compile_options(m: int, n: int, k: int, plan: Plan) -> tuple:
-    values = dict(GM=m, GN=n, GK=k, BM=plan.bm, WN=plan.wn, NT=plan.nt, WK=plan.wk, SPLITK=plan.split_k)
-    if plan.cn > 1:
-        values["CN"] = plan.cn
-    if plan.ring > 0:
-        values["RING"] = plan.ring
-    if plan.wg:
-        values["WGMMA"] = 1
-    return tuple(f"-D{key}={value}" for key, value in values.items())
-
-
 def plan_for(m: int, n: int, k: int, device: torch.device) -> Plan:
-    from ..tables.cuda_plans import PLANS, general_plan
     listed = PLANS.get((m, n, k))
     if listed is not None:
         return Plan(*listed)

@@ -1,10 +1,22 @@
-"""Plans for the CUDA backend (kernels/mxfp4_gemm_sm90.cu), by (M, N, K).
+"""Plans for the CUDA backend (kernels/mxfp4_gemm_sm90.cu): the Plan type, its geometry rules
+(they mirror the constexprs at the top of the kernel), the cost model, and the table by (M, N, K).
 
-Each plan: (bm, wn, nt, wk, split_k) = rows of M per CTA, warps along N, 16-row N tiles per warp,
-warps along K, CTAs along K (one cluster). Shapes not listed use `general_plan`.
+Pure data and arithmetic: nothing here imports a backend (backends/cuda.py imports this module).
+Shapes not listed use `general_plan`.
 
 Regenerate on an H200 (rewrites PLANS below):  python3 tools/tune_cuda.py --write
 """
+
+import collections
+
+MAX_SMEM = 227 * 1024
+
+# bm: rows of M per CTA; wn: warps along N; nt: 16-row N tiles per warp; wk: warps along K;
+# split_k: CTAs along K (one cluster); cn: neighbouring N tiles quantizing A together (v5 when > 1;
+# cluster size cn * split_k, at most 8); ring: B chunks in flight per thread (v5 when > 0; 0 = all);
+# wg: 1 = warpgroup wgmma MMAs (v7, sm_90a only: wn % 4 == 0, bm in WGMMA_BMS).
+Plan = collections.namedtuple("Plan", "bm wn nt wk split_k cn ring wg", defaults=(1, 0, 0))
+WGMMA_BMS = (16, 32, 64, 128)  # the wgmma N sizes kernels/wgmma_sm90a.h provides
 
 PLANS = {
     # measured by tools/tune_cuda.py on NVIDIA H200 2026-12-02
@@ -21,10 +33,61 @@ PLANS = {
 }
 
 
+# ---- plan geometry (mirrors the constexprs at the top of the kernel) ----------------------
+
+def chunks(k: int) -> int:
+    return -(-k // 128)
+
+
+def chunks_per_warp(k: int, plan: Plan) -> int:
+    return -(-(-(-chunks(k) // plan.split_k)) // plan.wk)
+
+
+def smem_bytes(m: int, n: int, k: int, plan: Plan) -> int:
+    threads = plan.wn * plan.wk * 32
+    ch_max = -(-chunks(k) // plan.split_k)
+    chw = chunks_per_warp(k, plan)
+    bn = plan.wn * plan.nt * 16
+    b_slots = min(chw, plan.ring) if plan.ring else chw
+    b = b_slots * plan.nt * 2 * threads * 16
+    a = plan.bm // 8 * ch_max * 2048
+    s = -(-chw * plan.nt * 2 * threads // 16) * 16
+    partial = plan.wk * plan.bm * (bn + 4) * 4
+    return max(b + a + s, partial)
+
+
+def grid(m: int, n: int, plan: Plan):
+    n_tiles, m_tiles = -(-n // (plan.wn * plan.nt * 16)), -(-m // plan.bm)
+    if plan.cn > 1:  # v5: 1-D clusters of cn N tiles x split_k along x (tiles padded to cn)
+        return (-(-n_tiles // plan.cn) * plan.cn * plan.split_k, 1, m_tiles)
+    return (n_tiles, plan.split_k, m_tiles)
+
+
+def is_valid(m: int, n: int, k: int, plan: Plan) -> bool:
+    threads = plan.wn * plan.wk * 32
+    ch_max = -(-chunks(k) // plan.split_k)
+    return (plan.bm % 8 == 0 and 8 <= plan.bm <= 256 and 1 <= plan.split_k <= min(8, chunks(k))
+            and plan.cn >= 1 and plan.cn * plan.split_k <= 8 and plan.ring >= 0
+            and 32 <= threads <= 1024 and plan.nt * plan.bm // 8 * 4 <= 128
+            and -(-ch_max // plan.wk) <= 32 and -(-ch_max // plan.wk) * plan.nt * 2 <= 64
+            and smem_bytes(m, n, k, plan) <= MAX_SMEM
+            and (not plan.wg or (plan.wn % 4 == 0 and plan.bm in WGMMA_BMS)))
+
+
+def compile_options(m: int, n: int, k: int, plan: Plan) -> tuple:
+    values = dict(GM=m, GN=n, GK=k, BM=plan.bm, WN=plan.wn, NT=plan.nt, WK=plan.wk, SPLITK=plan.split_k)
+    if plan.cn > 1:
+        values["CN"] = plan.cn
+    if plan.ring > 0:
+        values["RING"] = plan.ring
+    if plan.wg:
+        values["WGMMA"] = 1
+    return tuple(f"-D{key}={value}" for key, value in values.items())
+
+
 def plan_cost(m: int, n: int, k: int, plan, compute_units: int = 132) -> float:
     """Rough cost of a valid plan: per-CTA bytes, A quantization and MMA work, times the number
     of waves of CTAs, plus split-K reduction traffic."""
-    from ..backends.cuda import grid
     ctas = 1
     for d in grid(m, n, plan):
         ctas *= d
@@ -38,8 +101,6 @@ def plan_cost(m: int, n: int, k: int, plan, compute_units: int = 132) -> float:
 
 def general_plan(m: int, n: int, k: int, compute_units: int = 132):
     """The valid plan with the lowest `plan_cost`."""
-    from ..backends.cuda import Plan, is_valid
-
     bm = min(64, -(-m // 8) * 8)
     best, best_cost = None, None
     for wn in (1, 2, 3, 4, 6, 8):
