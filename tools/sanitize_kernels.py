@@ -1,0 +1,126 @@
+"""Run every GPU kernel of the package on odd shapes and check each result (NVIDIA GPU).
+
+Meant to run under compute-sanitizer (tools/verify_gpu.py does that), so every kernel's memory
+accesses and shared-memory hazards are checked where the edges are: M = 1, 3, 17 (partial M
+tiles), N = 16, 48 (partial N tiles), K % 128 == 64 (a partial K chunk).
+
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 \\
+        python3 tools/sanitize_kernels.py [--backends cuda,hip,triton] [--shapes "1,16,192;17,48,576"]
+    python3 tools/sanitize_kernels.py --list      # the plans it would run, without running them
+
+Per backend and shape it runs every plan of `backend.candidates(m, n, k, device)` when the
+backend has that function (else the default runner), the cuda table's plans that fit the shape,
+and the HIP kernels through their NVIDIA emulation (`hip.make_emulated_runner`). Each plan runs
+on random data and on data with one A block near 2^70 (the cuda kernel's exact fallback path).
+Prints one line per run; exit status 1 if any result is wrong or any run raised.
+"""
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mxfp4_mm import bench  # noqa: E402
+
+ODD_SHAPES = [(1, 16, 192), (3, 48, 64), (17, 16, 320), (17, 48, 576)]
+BACKENDS = ("cuda", "hip", "triton")
+
+
+def parse_shapes(text):
+    return [tuple(int(v) for v in item.split(",")) for item in text.replace(" ", "").split(";") if item]
+
+
+def inputs(m, n, k, device, extreme):
+    data = list(bench.generate_input(m, n, k, seed=m * 131 + n * 7 + k, device=device))
+    if extreme:
+        data[0] = data[0].clone()
+        data[0][m - 1, :32] *= 2.0 ** 70  # a block exponent the folded-scale path cannot hold
+    return tuple(data)
+
+
+def _cuda_table_plans(cuda, m, n, k):
+    """The distinct plans of the cuda table, and their wgmma twins, that fit (m, n, k)."""
+    from mxfp4_mm.tables import cuda_plans
+    is_valid = getattr(cuda, "is_valid", None) or getattr(cuda_plans, "is_valid")
+    plans = []
+    for fields in cuda_plans.PLANS.values():
+        for plan in (cuda.Plan(*fields), cuda.Plan(*fields)._replace(wg=1)):
+            if plan not in plans and is_valid(m, n, k, plan):
+                plans.append(plan)
+    return plans
+
+
+def _hip_plans(hip):
+    """Every kernel variant, unsplit and split 3 ways (uneven over the odd shapes' K chunks)."""
+    from mxfp4_mm.tables import hip_plans
+    return [hip_plans.Plan(variant, split_k) for variant in hip.kernel_variants() for split_k in (1, 3)]
+
+
+def plans_for(name, module, m, n, k, device):
+    """(plans, make_runner) of one backend for one shape; plan None = the backend's default."""
+    candidates = getattr(module, "candidates", None)
+    plans = list(candidates(m, n, k, device)) if candidates else [None]
+    extra = {"cuda": lambda: _cuda_table_plans(module, m, n, k),
+             "hip": lambda: [] if candidates else _hip_plans(module)}.get(name, list)()
+    plans += [p for p in extra if p not in plans]
+    make = module.make_emulated_runner if name == "hip" else module.make_runner
+    return plans, make
+
+
+def label(module, plan):
+    if plan is None:
+        return "default"
+    to_label = getattr(module, "plan_label", None)
+    return to_label(plan) if to_label else ",".join(str(v) for v in plan)
+
+
+def run_one(make, m, n, k, device, plan, extreme):
+    runner = make(m, n, k, device) if plan is None else make(m, n, k, device, plan)
+    data = inputs(m, n, k, device, extreme)
+    a, _, b_q, b_shuffle, b_scale_sh = data
+    out = runner(a, b_q, b_shuffle, b_scale_sh)
+    torch.cuda.synchronize(device)
+    return bench.harness_close(out.cpu(), bench.reference(tuple(t.cpu() for t in data)))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated, from cuda,hip,triton")
+    parser.add_argument("--shapes", default=";".join(",".join(map(str, s)) for s in ODD_SHAPES),
+                        help="'m,n,k;m,n,k' (default: the odd shapes)")
+    parser.add_argument("--max-plans", type=int, default=0, help="at most this many plans per backend and shape (0: all)")
+    parser.add_argument("--list", action="store_true", help="print the plans, run nothing")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available() or torch.version.hip:
+        print("sanitize_kernels: needs an NVIDIA GPU (the HIP kernels run through their emulation)")
+        return 2
+    from mxfp4_mm import dispatch
+    device = torch.device("cuda")
+    failures = 0
+    for name in args.backends.split(","):
+        module = dispatch.load_backend(name)
+        for m, n, k in parse_shapes(args.shapes):
+            plans, make = plans_for(name, module, m, n, k, device)
+            plans = plans[: args.max_plans] if args.max_plans else plans
+            for plan in plans:
+                for extreme in (False, True):
+                    tag = f"{name:6s} {m}x{n}x{k} {label(module, plan):24s} {'2^70 block' if extreme else 'random':10s}"
+                    if args.list:
+                        print(tag, flush=True)
+                        continue
+                    try:
+                        verdict = "ok" if run_one(make, m, n, k, device, plan, extreme) else "WRONG"
+                    except Exception:  # report and go on: one broken plan must not hide the others
+                        verdict = "ERROR " + traceback.format_exc(limit=2).strip().splitlines()[-1]
+                    failures += verdict != "ok"
+                    print(f"{tag} {verdict}", flush=True)
+    print(f"sanitize_kernels: {failures} failed", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
