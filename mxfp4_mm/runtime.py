@@ -2,6 +2,7 @@
 NVRTC + the CUDA driver on NVIDIA, hiprtc + the HIP runtime on ROCm.
 
     module = load_module(source, device, options)   # compiled once; code objects cached on disk
+    stats["compiled"], stats["loaded"]              # compiler runs / modules loaded in this process
     launch = module.function("name").launcher("ppi")
     launch(grid, block, shared_bytes, ptr_or_tensor, ptr_or_tensor, int)
 
@@ -148,6 +149,7 @@ def _cache_dir() -> Path:
 
 
 def _compile(api: _Api, source: str, headers: dict, options: tuple) -> bytes:
+    _count("compiled")
     prog = ctypes.c_void_p()
     names = [n.encode() for n in headers]
     texts = [headers[n].encode() for n in headers]
@@ -269,21 +271,36 @@ class Function:
 
 
 _modules = {}
+_module_locks = {}  # one per module key: a key compiles once, different keys concurrently
+_cache_lock = threading.Lock()
+stats = {"compiled": 0, "loaded": 0}  # compiler runs and modules loaded by this process (tests count them)
+
+
+def _count(what):
+    with _cache_lock:
+        stats[what] += 1
 
 
 def load_module(source: str, device: torch.device, options: tuple = (), arch: str = None) -> Module:
     """Compile (or fetch from the disk cache) and load `source` for `device`; cached per process.
-    `arch` overrides the compile target (default: the device's own, `kernel_arch`)."""
+    `arch` overrides the compile target (default: the device's own, `kernel_arch`).
+    Thread-safe; the compiler calls release the GIL, so threads compile different modules at once."""
     device = normalize_device(device)
     key = (source, tuple(options), device, arch)
     module = _modules.get(key)
-    if module is None:
-        api = api_for(device)
-        headers = _headers_of(source, {})
-        arch = arch or kernel_arch(device)
-        all_options = default_options(device, arch) + tuple(options)
-        code = _code_object(api, source, headers, all_options, arch)
-        module = _modules[key] = Module(api, device, code)
+    if module is not None:
+        return module
+    with _cache_lock:
+        key_lock = _module_locks.setdefault(key, threading.Lock())
+    with key_lock:
+        module = _modules.get(key)
+        if module is None:
+            api = api_for(device)
+            headers = _headers_of(source, {})
+            target = arch or kernel_arch(device)
+            code = _code_object(api, source, headers, default_options(device, target) + tuple(options), target)
+            module = _modules[key] = Module(api, device, code)
+            _count("loaded")
     return module
 
 

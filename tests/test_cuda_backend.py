@@ -6,6 +6,7 @@ reference GEMM, split-K variants, fresh outputs and fresh data, and the fused A 
 bit-exact against the golden vectors.
 """
 
+import ast
 import random
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from mxfp4_mm.backends import cuda
+from mxfp4_mm.tables import cuda_plans
 from mxfp4_mm.tables.cuda_plans import PLANS, general_plan
 from conftest import assert_harness_close, make_inputs, reference_output
 
@@ -47,11 +49,54 @@ def test_wgmma_plans_need_whole_warpgroups_and_a_provided_n():
     shape = (256, 3072, 1536)
     plan = cuda.Plan(64, 4, 1, 1, 2, wg=1)
     assert cuda.is_valid(*shape, plan)
-    assert "-DWGMMA=1" in cuda.compile_options(*shape, plan)
-    assert "-DWGMMA=1" not in cuda.compile_options(*shape, plan._replace(wg=0))
+    assert "-DWGMMA=1" in cuda.compile_options(*shape[1:], plan)
+    assert "-DWGMMA=1" not in cuda.compile_options(*shape[1:], plan._replace(wg=0))
     assert not cuda.is_valid(*shape, plan._replace(wn=6))   # 6 warps: not whole warpgroups
     assert not cuda.is_valid(*shape, plan._replace(bm=24))  # no m64n24 wrapper
     assert cuda.Plan(*tuple(plan)) == plan  # 8-field table entries round-trip
+
+
+def test_tables_module_imports_no_backend():
+    """Plans are data: the table module stands alone (backends/cuda.py imports it, never the reverse)."""
+    tree = ast.parse(Path(cuda_plans.__file__).read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                for alias in node.names} | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported == {"collections"}
+
+
+def test_builds_do_not_depend_on_m_and_plans_are_picked_per_m_class():
+    n, k = 1024, 1536  # not in the table: the cost model's plan per class
+    options = {cuda.compile_options(n, k, cuda_plans.plan_for_shape(m, n, k)) for m in range(1, 65)}
+    assert 1 < len(options) <= len({cuda.m_class(m) for m in range(1, 65)}) == 4
+    assert all("GM" not in flag for flags in options for flag in flags)
+    # a listed shape lends its plan to its whole M class
+    assert all(cuda_plans.plan_for_shape(m, 2880, 512) == cuda.Plan(*PLANS[(4, 2880, 512)]) for m in range(1, 9))
+    assert cuda_plans.plan_for_shape(17, 2880, 512) == cuda.Plan(*PLANS[(32, 2880, 512)])
+
+
+@pytest.fixture
+def h200_units(monkeypatch):
+    monkeypatch.setattr(cuda, "compute_units", lambda device: 132)
+
+
+@pytest.mark.parametrize("shape", TASK_SHAPES + [(1, 16, 64), (17, 480, 1600), (300, 96, 7168)])
+def test_candidates_start_with_the_table_plan_and_are_valid_distinct_mma_sync_plans(shape, h200_units):
+    plans = cuda.candidates(*shape, torch.device("cuda"))
+    assert plans[0] == cuda_plans.plan_for_shape(*shape)
+    assert 1 <= len(plans) <= cuda.MAX_CANDIDATES and len(set(plans)) == len(plans)
+    assert all(cuda.is_valid(*shape, p) and not p.wg for p in plans), plans
+    assert all(hash(p) is not None for p in plans)
+    if shape[0] >= 16 and shape[1] >= 480:
+        assert len(plans) >= 12, shape  # enough for the tuner to choose from
+
+
+def test_plan_labels_are_short_and_unique():
+    plans = {p for shape in TASK_SHAPES for p in cuda_plans.ranked_plans(*shape, limit=200)}
+    plans |= {cuda.Plan(64, 8, 1, 1, 2, 4, 0, 1), cuda.Plan(64, 8, 1, 1, 2, 4, 0, 0)}
+    labels = {cuda.plan_label(p) for p in plans}
+    assert len(labels) == len(plans)
+    assert all(" " not in label and len(label) <= 20 for label in labels)
+    assert cuda.plan_label(cuda.Plan(32, 6, 2, 2, 1, 2, 2)) == "m32w6t2k2s1c2r2"
 
 
 # ---- GPU ---------------------------------------------------------------------------------------
@@ -223,3 +268,41 @@ def test_without_the_fallback_these_cases_fail(case):
     out = run(data[0], data[2], data[3], data[4])
     with pytest.raises(AssertionError):
         assert_harness_close(out, reference_output(data))
+
+
+# ---- M at run time; the autotuner's interface ----------------------------------------------------
+
+@pytest.mark.gpu
+def test_varying_m_builds_once_per_m_class():
+    """An eager caller whose batch size varies: M = 1..64 for one (N, K) loads at most one kernel
+    per M class, and a second pass over the same M loads none."""
+    if not _hopper():
+        pytest.skip("needs sm_90")
+    from mxfp4_mm import runtime
+    n, k = 1024, 1536
+    device = torch.device("cuda")
+    loaded = runtime.stats["loaded"]
+    for m in range(1, 65):
+        _check(m, n, k, seed=m)
+    assert runtime.stats["loaded"] - loaded <= len({cuda.m_class(m) for m in range(1, 65)})
+    loaded = runtime.stats["loaded"]
+    for m in range(1, 65):
+        cuda.make_runner(m, n, k, device)
+    assert runtime.stats["loaded"] == loaded
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(4, 2880, 512), (33, 480, 1600), (256, 3072, 1536)])
+def test_every_candidate_builds_concurrently_and_is_correct(shape):
+    if not _hopper():
+        pytest.skip("needs sm_90")
+    device = torch.device("cuda")
+    plans = cuda.candidates(*shape, device)
+    cuda.prepare(*shape, device, plans)
+    data = make_inputs(*shape, seed=8, device="cuda")
+    ref = reference_output(data)
+    for plan in plans:
+        run = cuda.make_runner(*shape, device, plan)
+        assert run.plan == plan
+        assert_harness_close(run(data[0], data[2], data[3], data[4]), ref)
+    assert cuda.make_runner(*shape, device).plan == plans[0]

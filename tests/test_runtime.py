@@ -38,6 +38,37 @@ def test_compile_target_defaults_to_the_device_and_can_be_overridden(monkeypatch
                      (("--gpu-architecture=sm_90a", "-std=c++17", "-default-device", "-DX=1"), "sm_90a")]
 
 
+def test_load_module_builds_each_key_once_and_different_keys_concurrently(monkeypatch):
+    """Threads asking for one module share one build; threads asking for different modules build
+    at the same time (a barrier inside the stubbed compiler needs all four at once)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    together = threading.Barrier(4, timeout=10)
+    builds = []
+
+    def build(api, source, headers, options, arch):
+        builds.append(options[-1])
+        if options[-1] != "-DSAME":
+            together.wait()
+        return b""
+
+    monkeypatch.setattr(runtime, "kernel_arch", lambda device: "sm_90")
+    monkeypatch.setattr(runtime, "api_for", lambda device: None)
+    monkeypatch.setattr(runtime, "_code_object", build)
+    monkeypatch.setattr(runtime, "Module", lambda api, device, code: object())
+    monkeypatch.setattr(runtime, "_modules", {})
+    monkeypatch.setattr(torch.version, "hip", None)
+    device = torch.device("cuda", 0)
+    loaded = runtime.stats["loaded"]
+    with ThreadPoolExecutor(8) as pool:
+        same = list(pool.map(lambda _: runtime.load_module("int x;", device, ("-DSAME",)), range(8)))
+    assert builds == ["-DSAME"] and all(m is same[0] for m in same)
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: runtime.load_module("int x;", device, (f"-DK{i}",)), range(4)))
+    assert sorted(builds[1:]) == ["-DK0", "-DK1", "-DK2", "-DK3"]
+    assert runtime.stats["loaded"] - loaded == 5
+
+
 @pytest.mark.gpu
 def test_compile_launch_and_disk_cache(monkeypatch, tmp_path):
     monkeypatch.setenv(runtime.CACHE_ENV, str(tmp_path))

@@ -3,10 +3,14 @@
 The kernel quantizes A itself, reads B codes once from B_q and B scales from the shuffled
 B_scale_sh, runs bf16 tensor-core MMAs with the scales folded into the operands, and sums split-K
 partials inside a thread-block cluster. It keeps no state between calls (no scratch, no counters),
-so one runner may serve any queue. Compiled once per shape through NVRTC (disk-cached).
+so one runner may serve any queue. Compiled through NVRTC (disk-cached) once per (N, K, plan):
+M is a launch argument, and plans are picked per M class, so varying batch sizes reuse builds.
 """
 
+import concurrent.futures
 import ctypes
+import functools
+import os
 
 import torch
 
@@ -14,11 +18,12 @@ from .. import runtime
 from ..kernels import read_source
 from ..tables.cuda_plans import (  # noqa: F401  (re-exported: tests and tools use cuda.<name>)
     MAX_SMEM, PLANS, WGMMA_BMS, Plan, chunks, chunks_per_warp, compile_options, general_plan, grid,
-    is_valid, plan_cost, smem_bytes)
+    is_valid, m_class, plan_cost, plan_for_shape, ranked_plans, smem_bytes)
 
 NAME = "cuda"
 SOURCE = "mxfp4_gemm_sm90.cu"
 _MAX_DYNAMIC_SHARED_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+MAX_GRID_Z = 65535  # the grid's M tiles run along z
 
 
 def is_available(device: torch.device) -> bool:
@@ -29,11 +34,54 @@ def is_available(device: torch.device) -> bool:
     return runtime.is_available(device)
 
 
+def compute_units(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def plan_for(m: int, n: int, k: int, device: torch.device) -> Plan:
-    listed = PLANS.get((m, n, k))
-    if listed is not None:
-        return Plan(*listed)
-    return general_plan(m, n, k, torch.cuda.get_device_properties(device).multi_processor_count)
+    """The table's plan for M's class, else the cost model's (`tables/cuda_plans.plan_for_shape`)."""
+    return plan_for_shape(m, n, k, compute_units(device))
+
+
+# ---- the autotuner's interface ----------------------------------------------------------------
+
+MAX_CANDIDATES = 24  # NVRTC builds take ~1 s each (concurrent in `prepare`): tuning stays ~5 s
+
+
+@functools.lru_cache(maxsize=256)
+def _candidates(m, n, k, units):
+    first = plan_for_shape(m, n, k, units)
+    ranked = ranked_plans(m, n, k, units, MAX_CANDIDATES)
+    return [first] + [plan for plan in ranked if plan != first][:MAX_CANDIDATES - 1]
+
+
+def candidates(m: int, n: int, k: int, device: torch.device) -> list:
+    """The plan `plan_for` picks, then the cost model's ranking of the plan grid (mma.sync plans
+    only: wgmma plans measured slower, notes/cuda.md v7). No compilation."""
+    return list(_candidates(m, n, k, compute_units(device)))
+
+
+def plan_label(plan: Plan) -> str:
+    """E.g. "m32w6t2k2s1c2r2": rows of M, warps along N, tiles per warp, warps along K, split-K,
+    then cn, ring and wgmma where they differ from their defaults."""
+    label = f"m{plan.bm}w{plan.wn}t{plan.nt}k{plan.wk}s{plan.split_k}"
+    return label + (f"c{plan.cn}" if plan.cn != 1 else "") + (f"r{plan.ring}" if plan.ring else "") + \
+        ("g" if plan.wg else "")
+
+
+def prepare(m: int, n: int, k: int, device: torch.device, plans) -> None:
+    """Compile and load `plans` concurrently (NVRTC runs outside the GIL). A plan that fails to
+    build is left for `make_runner` to report."""
+    device = runtime.normalize_device(device)
+
+    def build(plan):
+        try:
+            _module(n, k, device, plan)
+        except runtime.CompileError:
+            pass
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(len(plans), os.cpu_count() or 1))) as pool:
+        list(pool.map(build, plans))
 
 
 # ---- launch ---------------------------------------------------------------------------------
@@ -48,8 +96,9 @@ def compile_target(device: torch.device, plan: Plan) -> str:
     return "sm_90a"
 
 
-def _module(m, n, k, device, plan, extra_options=()):
-    return runtime.load_module(read_source(SOURCE), device, compile_options(m, n, k, plan) + tuple(extra_options),
+def _module(n, k, device, plan, extra_options=()):
+    """The kernel built for (N, K, plan): one build serves every M."""
+    return runtime.load_module(read_source(SOURCE), device, compile_options(n, k, plan) + tuple(extra_options),
                                compile_target(device, plan))
 
 
@@ -58,29 +107,34 @@ def make_launcher(m: int, n: int, k: int, device: torch.device, plan: Plan, extr
     extra_options: more -D flags (timing experiments, e.g. tools/ablate_cuda.py)."""
     if not is_valid(m, n, k, plan):
         raise ValueError(f"cuda: invalid plan {plan} for M={m} N={n} K={k}")
+    dims, block = grid(m, n, plan), (plan.wn * plan.wk * 32, 1, 1)
+    if dims[2] > MAX_GRID_Z:
+        raise ValueError(f"cuda: M={m} needs {dims[2]} tiles of {plan.bm} rows; at most {MAX_GRID_Z}")
     device = runtime.normalize_device(device)
-    function = _module(m, n, k, device, plan, extra_options).function("mxfp4_gemm")
+    function = _module(n, k, device, plan, extra_options).function("mxfp4_gemm")
     shared = smem_bytes(m, n, k, plan)
     api = runtime.api_for(device)
     api.check(api.drv.cuFuncSetAttribute(function.handle, _MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
               "cuFuncSetAttribute")
-    launch = function.launcher("pppp")
-    dims, block = grid(m, n, plan), (plan.wn * plan.wk * 32, 1, 1)
+    launch = function.launcher("ppppi")
 
     def run(a, b_q, b_scale_sh, out):
-        launch(dims, block, shared, a, b_q, b_scale_sh, out)
+        launch(dims, block, shared, a, b_q, b_scale_sh, out, m)
 
     return run
 
 
 def make_runner(m: int, n: int, k: int, device: torch.device, plan: Plan = None, extra_options=()):
-    launch = make_launcher(m, n, k, device, plan or plan_for(m, n, k, device), extra_options)
+    """runner(a, b_q, b_shuffle, b_scale_sh) -> fresh C; runner.plan is the plan it runs."""
+    plan = plan or plan_for(m, n, k, device)
+    launch = make_launcher(m, n, k, device, plan, extra_options)
 
     def run(a, b_q, b_shuffle, b_scale_sh):
         out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
         launch(a, b_q, b_scale_sh, out)
         return out
 
+    run.plan = plan
     return run
 
 
@@ -89,10 +143,10 @@ def quantize(x: torch.Tensor):
     m, k = x.shape
     device = runtime.normalize_device(x.device)
     plan = Plan(8, 1, 1, 4, min(8, chunks(k)))  # any plan compiles; this one for any K
-    function = _module(m, 16, k, device, plan).function("mxfp4_quant_debug")
+    function = _module(16, k, device, plan).function("mxfp4_quant_debug")
     codes = torch.empty((m, k // 2), dtype=torch.uint8, device=device)
     scales = torch.empty((m, k // 32), dtype=torch.uint8, device=device)
     warps = 4
     blocks = -(-(m * k // 32) // (8 * warps))
-    function.launcher("ppp")((blocks, 1, 1), (32 * warps, 1, 1), 0, x.contiguous(), codes, scales)
+    function.launcher("pppi")((blocks, 1, 1), (32 * warps, 1, 1), 0, x.contiguous(), codes, scales, m)
     return codes, scales

@@ -20,7 +20,8 @@
 // CTA quantizes 1/CN of it and stores the fragments into every peer, so A is quantized once
 // per cluster instead of once per N tile.
 //
-// Compile-time configuration (-D): GM GN GK (shape), BM (rows of M per CTA, multiple of 8),
+// Compile-time configuration (-D): GN GK (shape; M is a launch argument, so one build serves
+// every M: rows >= M are zero-filled on load and never stored), BM (rows of M per CTA, multiple of 8),
 // WN (warps along N), NT (16-row N tiles per warp), WK (warps along K), SPLITK (CTAs along K),
 // CN (N tiles sharing A; cluster size CN * SPLITK), RING (B chunks in flight per thread, v5; 0 =
 // all of a warp's chunks at once, v4).
@@ -29,8 +30,7 @@ typedef unsigned int u32;
 typedef unsigned short u16;
 typedef unsigned char u8;
 
-#ifndef GM
-#define GM 16
+#ifndef GN
 #define GN 256
 #define GK 512
 #endif
@@ -361,13 +361,13 @@ __device__ float b_dequant(const u8* __restrict__ b_q, const u8* __restrict__ b_
 // This CTA's partial tile over its K range in plain fp32 (the reference GEMM's arithmetic), into
 // warp slice 0 of `part`; the other slices are zeroed so the usual reduction follows.
 __device__ __noinline__ void wide_partial(const u16* __restrict__ a, const u8* __restrict__ b_q,
-                                          const u8* __restrict__ b_scale_sh, float* part, int m0, int n0,
-                                          int chunk_begin, int chunks, int tid) {
+                                          const u8* __restrict__ b_scale_sh, float* part, int m_size, int m0,
+                                          int n0, int chunk_begin, int chunks, int tid) {
     const int kb_begin = chunk_begin * 4, kb_end = min((chunk_begin + chunks) * 4, KBLOCKS);
     for (int p = tid; p < BM * (BN / 4); p += NTHREADS) {
         const int ml = p % BM, nl = (p / BM) * 4, gm = m0 + ml;
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int kb = kb_begin; kb < kb_end && gm < GM; ++kb) {
+        for (int kb = kb_begin; kb < kb_end && gm < m_size; ++kb) {
             const u16* row = a + (size_t)gm * GK + kb * 32;
             u32 amax = 0;
             for (int i = 0; i < 32; ++i) amax = max(amax, (u32)(row[i] & 0x7FFFu));  // NaN bits sort last
@@ -385,7 +385,7 @@ __device__ __noinline__ void wide_partial(const u16* __restrict__ a, const u8* _
 
 extern "C" __global__ void __launch_bounds__(NTHREADS) CLUSTER_ATTR
 mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh,
-           u16* __restrict__ c) {
+           u16* __restrict__ c, const int m_size) {
     extern __shared__ __align__(16) u8 smem[];
     u8* const b_smem = smem;
     u8* const a_smem = smem + B_SMEM;
@@ -425,7 +425,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
         const int mp = task / chunks, lc = task - mp * chunks;
         const int gm = m0 + 2 * mp + ((lane >> 2) & 1);
         const int k = (chunk_begin + lc) * 128 + 32 * t + 8 * (lane >> 3);
-        const bool valid = gm < GM && k < GK;
+        const bool valid = gm < m_size && k < GK;
         cp_async16(smem_addr(a_smem + a_fragment_offset(task, chunks, lane)),
                    valid ? a + (size_t)gm * GK + k : a, valid);
     }
@@ -650,7 +650,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     constexpr bool wide = false;
 #endif
     if (wide) {
-        wide_partial(a, b_q, b_scale_sh, part, m0, n0, chunk_begin, chunks, tid);
+        wide_partial(a, b_q, b_scale_sh, part, m_size, m0, n0, chunk_begin, chunks, tid);
     } else {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
@@ -688,7 +688,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                 sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
             }
         const int gm = m0 + ml, gn = n0 + nl;
-        if (gm < GM && gn < GN && (!TIMELINE || sum.x == 1.2345e-30f)) {
+        if (gm < m_size && gn < GN && (!TIMELINE || sum.x == 1.2345e-30f)) {
             uint2 out;
             out.x = pack_bf16x2(sum.x, sum.y);
             out.y = pack_bf16x2(sum.z, sum.w);
@@ -709,13 +709,14 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 #endif
 }
 
-// Debug: the fused A quantization alone -> codes [GM, GK/2], scale bytes [GM, GK/32].
+// Debug: the fused A quantization alone -> codes [m_size, GK/2], scale bytes [m_size, GK/32].
 // One warp handles 8 scale blocks: lane = i*8 + slot, 8 values per lane.
-extern "C" __global__ void mxfp4_quant_debug(const u16* __restrict__ a, u8* __restrict__ codes, u8* __restrict__ scales) {
+extern "C" __global__ void mxfp4_quant_debug(const u16* __restrict__ a, u8* __restrict__ codes, u8* __restrict__ scales,
+                                             const int m_size) {
     const int lane = threadIdx.x & 31;
     const int i = lane >> 3, slot = lane & 7;
     const int block = (blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5)) * 8 + slot;
-    const bool valid = block < GM * KBLOCKS;
+    const bool valid = block < m_size * KBLOCKS;
     const int row = block / KBLOCKS, col = block % KBLOCKS;
     const u16* src = a + (size_t)row * GK + col * 32 + 8 * i;
     const uint4 raw = valid ? ld_global_nc(src) : make_uint4(0, 0, 0, 0);

@@ -2,7 +2,9 @@
 (they mirror the constexprs at the top of the kernel), the cost model, and the table by (M, N, K).
 
 Pure data and arithmetic: nothing here imports a backend (backends/cuda.py imports this module).
-Shapes not listed use `general_plan`.
+A kernel build serves every M (M is a launch argument), and plans are picked per M class
+(`m_class`): the listed plan of the shape, else the listed plan of its M class, else `general_plan`
+for the class, so a caller whose batch size varies builds one kernel per class.
 
 Regenerate on an H200 (rewrites PLANS below):  python3 tools/tune_cuda.py --write
 """
@@ -74,8 +76,9 @@ def is_valid(m: int, n: int, k: int, plan: Plan) -> bool:
             and (not plan.wg or (plan.wn % 4 == 0 and plan.bm in WGMMA_BMS)))
 
 
-def compile_options(m: int, n: int, k: int, plan: Plan) -> tuple:
-    values = dict(GM=m, GN=n, GK=k, BM=plan.bm, WN=plan.wn, NT=plan.nt, WK=plan.wk, SPLITK=plan.split_k)
+def compile_options(n: int, k: int, plan: Plan) -> tuple:
+    """The kernel's -D flags: N, K and the plan (not M, which the launch passes)."""
+    values = dict(GN=n, GK=k, BM=plan.bm, WN=plan.wn, NT=plan.nt, WK=plan.wk, SPLITK=plan.split_k)
     if plan.cn > 1:
         values["CN"] = plan.cn
     if plan.ring > 0:
@@ -114,3 +117,71 @@ def general_plan(m: int, n: int, k: int, compute_units: int = 132):
                     if best_cost is None or cost < best_cost:
                         best, best_cost = plan, cost
     return best
+
+
+# ---- which plan for a shape ------------------------------------------------------------------
+
+def m_class(m: int) -> int:
+    """The top of M's class (8, 16, 32, 64, 128, ...): plans are picked per class."""
+    return max(8, 1 << (m - 1).bit_length())
+
+
+def table_plan(m: int, n: int, k: int):
+    """The listed plan of (m, n, k), else that of the largest listed M of m's class with this
+    (n, k), else None."""
+    listed = PLANS.get((m, n, k))
+    if listed is None:
+        same_class = [lm for lm, ln, lk in PLANS if (ln, lk) == (n, k) and m_class(lm) == m_class(m)]
+        listed = PLANS[(max(same_class), n, k)] if same_class else None
+    return Plan(*listed) if listed is not None else None
+
+
+def plan_for_shape(m: int, n: int, k: int, compute_units: int = 132) -> Plan:
+    """The table's plan for m's class, else the cost model's for the top of the class."""
+    return table_plan(m, n, k) or general_plan(m_class(m), n, k, compute_units)
+
+
+# Base plans of the wide grid (the cost model ranks them), then their (cn, ring) variants in the
+# order the measured winners favour (notes/cuda.md v5, v6: cluster-shared A, a B ring at long K).
+GRID_BMS = (16, 32, 64, 128)
+GRID_VARIANTS = ((2, 0), (4, 0), (2, 2), (1, 2), (1, 0), (4, 2))
+VARIANTS_PER_BASE = 3
+
+
+def _is_useful(m: int, n: int, k: int, plan: Plan) -> bool:
+    """Valid, no more N tiles sharing A than there are, and a ring shorter than the warp's chunk
+    count (else it is the ring-less layout)."""
+    n_tiles = -(-n // (plan.wn * plan.nt * 16))
+    return (is_valid(m, n, k, plan) and plan.cn <= n_tiles
+            and (not plan.ring or plan.ring < chunks_per_warp(k, plan)))
+
+
+def ranked_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 24) -> list:
+    """Up to `limit` mma.sync plans, most promising first: base plans (rows of M per CTA up to M's,
+    warps, tiles, split-K) by `plan_cost`, those filling 0.5-2 waves of CTAs first, each followed
+    by its first VARIANTS_PER_BASE useful (cn, ring) variants."""
+    m_pad = -(-m // 8) * 8
+    bases = set()
+    for bm in GRID_BMS:
+        for wn in (1, 2, 3, 4, 6, 8):
+            for nt in (1, 2, 3, 4):
+                for wk in (1, 2, 4):
+                    for split_k in (1, 2, 4, 8):
+                        plan = Plan(min(bm, m_pad), wn, nt, wk, split_k)
+                        if is_valid(m, n, k, plan):
+                            bases.add(plan)
+
+    def rank(plan):
+        ctas = 1
+        for d in grid(m, n, plan):
+            ctas *= d
+        fills = compute_units // 2 <= ctas <= 2 * compute_units
+        return (not fills, plan_cost(m, n, k, plan, compute_units), tuple(plan))
+
+    ranked = []
+    for base in sorted(bases, key=rank):
+        variants = [base._replace(cn=cn, ring=ring) for cn, ring in GRID_VARIANTS]
+        ranked += [p for p in variants if _is_useful(m, n, k, p)][:VARIANTS_PER_BASE]
+        if len(ranked) >= limit:
+            break
+    return ranked[:limit]
