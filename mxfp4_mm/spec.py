@@ -28,13 +28,18 @@ def _pow2_from_exponent(e: torch.Tensor) -> torch.Tensor:
 def scale_exponents(x: torch.Tensor) -> torch.Tensor:
     """Per-block unbiased scale exponent e (int32, [..., K/32]) of x [..., K]."""
     blocks = x.float().reshape(*x.shape[:-1], -1, SCALE_BLOCK)
-    amax = blocks.abs().amax(dim=-1)
+    return exponent_of_amax(blocks.abs().amax(dim=-1))
+
+
+def exponent_of_amax(amax: torch.Tensor) -> torch.Tensor:
+    """Unbiased scale exponent (int32) of block maxima |x| (float32)."""
     # Round amax's bit pattern up to a power of two (carry into the exponent at >= 0.75).
     rounded = ((amax.view(torch.int32) + 0x200000) & 0x7F800000)
     field = rounded >> 23
     e = (field - 127 - 2).clamp(-127, 127)
-    # inf/nan amax: log2 is inf there, so aiter's clamp gives the top exponent.
-    return torch.where(field == 255, torch.full_like(e, 127), e)
+    # inf/nan amax: log2 is inf there, so aiter's clamp gives the top exponent. NaN is tested by
+    # value: which NaN bits amax returns differs by device (a payload >= 0x7FE0 would carry out).
+    return torch.where((field == 255) | amax.isnan(), torch.full_like(e, 127), e)
 
 
 def encode_e2m1(q: torch.Tensor) -> torch.Tensor:

@@ -85,3 +85,16 @@ def test_reference_gemm_equals_float64_product_of_dequantized_operands():
     a_deq = spec.dequantize_mxfp4(*spec.quantize_mxfp4(a)).double()
     expected = (a_deq @ spec.dequantize_mxfp4(b_codes, b_scales).double().T).to(torch.bfloat16)
     torch.testing.assert_close(spec.reference_gemm(a, b_codes, b_scales), expected, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("nan_bits", [0x7FC0, 0xFFC0, 0x7FE3, 0x7FFF, 0x7F81])
+def test_a_nan_block_gets_the_top_scale_whatever_its_payload(nan_bits):
+    """NaN amax -> exponent 127 and every code 0 (the block adds nothing), also for payloads whose
+    rounding would carry out of the exponent field (a GPU's amax may keep the input's NaN bits)."""
+    bits = torch.full((1, 32), 0x3F80, dtype=torch.int32)  # 1.0
+    bits[0, 5] = nan_bits
+    x = (bits - (bits >= 0x8000).int() * 0x10000).to(torch.int16).view(torch.bfloat16)
+    codes, scales = spec.quantize_mxfp4(x)
+    assert scales.item() == 254 and (spec.unpack_nibbles(codes) & 7).eq(0).all()
+    amax = torch.tensor([(nan_bits & 0x7FFF) << 16], dtype=torch.int32).view(torch.float32)
+    assert spec.exponent_of_amax(amax).item() == 127
