@@ -215,8 +215,14 @@ def _load_submission():
 
 
 def _backend_name(submission) -> str:
+    """`backend:plan` that served the last call (mxfp4_mm's dispatcher), else the backend name."""
+    named = getattr(submission, "last_backend_name", None)
+    dispatcher = sys.modules.get("mxfp4_mm.dispatch")
+    if named is not None and named is getattr(dispatcher, "last_backend_name", None):
+        named = getattr(dispatcher, "last_choice", named)
+    report = getattr(submission, "last_choice", None) or named or (lambda: "?")
     try:
-        return str(getattr(submission, "last_backend_name", lambda: "?")())
+        return str(report())
     except Exception:
         return "?"
 
@@ -491,7 +497,7 @@ def _run_local_cases(worker: Worker, mode: str, tests: list[TestCase],
 
 
 def _table(rows: list[Row]) -> str:
-    header = ("mode", "case", "status", "mean ± err", "best", "runs", "backend", "check")
+    header = ("mode", "case", "status", "mean ± err", "best", "runs", "backend:plan", "check")
     lines = [header]
     for row in rows:
         o, s = row.outcome, row.outcome.stats

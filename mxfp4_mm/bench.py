@@ -4,6 +4,7 @@
     python -m mxfp4_mm.bench --shapes test      # the 4 test shapes ("all": both; or "4,2880,512;16,2112,7168")
     python -m mxfp4_mm.bench --backends cuda,triton   # only these backends (baselines always run)
     python -m mxfp4_mm.bench --plot-only bench/results/nvidia-h200.json
+    python -m mxfp4_mm.bench --autotune [--cold]  # first-use tuning vs an exhaustive sweep (GPU)
 
 Method (GPU), per repetition: synchronize, flush the L2 by writing a 512 MB buffer, record a
 start event, make one call, record an end event, synchronize. Every repetition takes the next
@@ -14,22 +15,31 @@ Paths: each backend (`dispatch.load_backend(name).make_runner`; the `torch` back
 "torch dequant + matmul" baseline), plus
   bf16_matmul  torch.mm on operands dequantized beforehand (cuBLAS on NVIDIA),
   triton_prequant  the Triton dot_scaled kernel with A quantized beforehand (GPU only),
-  floor        torch.empty + one trivial Triton kernel (torch.empty alone on the CPU).
+  floor        torch.empty + one trivial Triton kernel (torch.empty alone on the CPU),
+  and every path registered in EXTRA_PATHS.
 Writes bench/results/<device-slug>.json and, when matplotlib is importable, a PNG beside it.
+
+--autotune (GPU) checks the first-use tuner on the 6 benchmark + 4 test shapes: first each shape's
+first call is made as the harness makes it (tuning included; its wall time is tune_s), then every
+candidate the tuner chose from is timed with the method above (exhaustive, same process), and
+`"autotune": {"MxNxK": {"chosen", "chosen_us", "best", "best_us", "tune_s", "candidates"}}` is
+merged into the device's JSON. --cold points the kernel caches at empty folders first.
 """
 
 import argparse
 import datetime
 import json
 import math
+import os
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from . import dispatch, spec
+from . import autotune, dispatch, spec
 
 BENCHMARK_SHAPES = [(4, 2880, 512), (16, 2112, 7168), (32, 4096, 512), (32, 2880, 512),
                     (64, 7168, 2048), (256, 3072, 1536)]
@@ -43,6 +53,25 @@ BASELINE_NOTES = {
     "triton_prequant": "Triton dot_scaled kernel on A quantized beforehand",
     FLOOR: "torch.empty + one trivial Triton kernel (CPU: torch.empty)",
 }
+# More baselines: name -> (note, make_path(case) -> call(i) returning C, or None where it cannot run).
+EXTRA_PATHS = {}
+# Paths whose output is no GEMM result (not checked), and the path every ratio is taken to: the
+# memory floor, whose module is left out of submission.py (its name is not bundlable), else FLOOR.
+UNCHECKED = {FLOOR}
+RATIO_TO = FLOOR
+try:
+    from . import floor_kernels
+    EXTRA_PATHS[floor_kernels.PATH] = (floor_kernels.NOTE, floor_kernels.make_path)
+    UNCHECKED.add(floor_kernels.PATH)
+    RATIO_TO = floor_kernels.PATH
+except ImportError:
+    pass
+
+
+def floor_of(per_path):
+    """Median µs of the path ratios are taken to (the trivial-kernel floor where it is absent)."""
+    row = per_path.get(RATIO_TO) or per_path.get(FLOOR) or {}
+    return row.get("median_us")
 
 
 # ---- inputs ---------------------------------------------------------------------------------
@@ -211,6 +240,122 @@ def baseline_paths(case):
     return paths
 
 
+def extra_paths(case):
+    paths = {}
+    for name, (_, make_path) in EXTRA_PATHS.items():
+        call = make_path(case)
+        if call is not None:
+            paths[name] = call
+    return paths
+
+
+# ---- the first-use tuner against an exhaustive sweep ----------------------------------------
+
+def sweep(case, candidates, timer, reps):
+    """{"backend:label": stats + correct} for every candidate: built (compiles in parallel where
+    the backend allows), checked on every input set, then the correct ones timed, interleaved."""
+    m, n, k = case.shape
+    builder = autotune.Builder(candidates, m, n, k, case.device)
+    calls, rows = {}, {}
+    try:
+        for candidate in candidates:
+            name = f"{candidate.backend}:{candidate.label}"
+            try:
+                runner = builder.runner(candidate)
+                correct = all(harness_close(runner(*_runner_args(d)), r) for d, r in zip(case.inputs, case.references))
+            except Exception as exc:  # reported in the row, like a wrong result
+                rows[name] = {"correct": False, "error": f"{type(exc).__name__}: {exc}"[:200]}
+                continue
+            if correct:
+                calls[name] = (lambda runner: lambda i: runner(*_runner_args(case.inputs[i])))(runner)
+            else:
+                rows[name] = {"correct": False}
+    finally:
+        builder.close()
+    samples = {name: [] for name in calls}
+    for rep in range(reps):
+        for name, call in calls.items():
+            samples[name].append(timer.time_us(lambda: call(rep % len(case.inputs)))[1])
+    rows.update({name: {**stats(samples[name]), "correct": True} for name in calls})
+    return rows
+
+
+def _first_call_s(case):
+    """Wall seconds of the shape's first call (tuning included); the choice it made."""
+    dispatch.reset()
+    data = case.inputs[0]
+    if case.device.type == "cuda":
+        torch.cuda.synchronize(case.device)
+    started = time.perf_counter()
+    out = dispatch.run_gemm(*case.shape, *_runner_args(data))
+    if case.device.type == "cuda":
+        torch.cuda.synchronize(case.device)
+    elapsed = time.perf_counter() - started
+    if not harness_close(out, case.references[0]):
+        raise AssertionError(f"{shape_key(case.shape)}: the first call's result is wrong")
+    return elapsed, dispatch.last_choice()
+
+
+def autotune_check(shapes, reps, pool, device, progress=sys.stderr):
+    """{shape key: chosen, chosen_us, best, best_us, tune_s, candidates}: all first calls first
+    (as in the harness, which runs every case in one process), then the sweeps."""
+    cases, firsts = [], []
+    for index, shape in enumerate(shapes):
+        cases.append(Case(*shape, 2000 + index, pool, device))
+        firsts.append(_first_call_s(cases[-1]))
+        print(f"  {shape_key(shape)}: first call {firsts[-1][0]:.2f} s -> {firsts[-1][1]}", file=progress, flush=True)
+    timer = Timer(device)
+    report = {}
+    for case, (tune_s, chosen) in zip(cases, firsts):
+        candidates = autotune.candidate_list(dispatch.available_backends(device), *case.shape, device)[0]
+        rows = sweep(case, candidates, timer, reps)
+        timed = {name: row["median_us"] for name, row in rows.items() if row["correct"]}
+        best = min(timed, key=timed.get) if timed else None
+        report[shape_key(case.shape)] = {
+            "chosen": chosen, "chosen_us": timed.get(chosen), "best": best, "best_us": timed.get(best),
+            "tune_s": tune_s, "candidates": len(candidates), "wrong": sorted(set(rows) - set(timed))}
+        row = report[shape_key(case.shape)]
+        ratio = f"{row['chosen_us'] / row['best_us']:.3f}" if row["chosen_us"] and row["best_us"] else "-"
+        print(f"  {shape_key(case.shape)}: chosen/best {ratio} over {len(candidates)} candidates", file=progress,
+              flush=True)
+    return report
+
+
+def autotune_table(report):
+    lines = [f"{'shape':>16} {'tune s':>7} {'chosen µs':>10} {'best µs':>8} {'ratio':>6}  chosen / best"]
+    for key, row in report.items():
+        ratio = row["chosen_us"] / row["best_us"] if row["chosen_us"] and row["best_us"] else float("nan")
+        lines.append(f"{key:>16} {row['tune_s']:>7.2f} {row['chosen_us'] or float('nan'):>10.2f} "
+                     f"{row['best_us'] or float('nan'):>8.2f} {ratio:>6.3f}  {row['chosen']} / {row['best']}")
+    return "\n".join(lines)
+
+
+def _use_empty_caches():
+    """Kernel caches (ours and Triton's) in fresh folders: a cold start."""
+    root = Path(tempfile.mkdtemp(prefix="mxfp4_mm_cold_"))
+    os.environ["MXFP4_MM_CACHE_DIR"] = str(root / "mxfp4_mm")
+    os.environ["TRITON_CACHE_DIR"] = str(root / "triton")
+
+
+def run_autotune(args, device):
+    """--autotune: the tuner's check, merged into the device's JSON."""
+    os.environ[autotune.MEMO_ENV] = "0"  # measure tuning, not a remembered choice
+    if args.cold:
+        _use_empty_caches()
+    shapes = BENCHMARK_SHAPES + TEST_SHAPES if args.shapes == "bench" else parse_shapes(args.shapes)
+    report = autotune_check(shapes, args.reps or 50, args.pool or 4, device)
+    json_path = args.out / f"{device_slug(device_description(device))}.json"
+    existing = json.loads(json_path.read_text()) if json_path.exists() else {"device": device_description(device)}
+    existing["autotune"] = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                            "torch": versions()[0], "triton": versions()[1], "cold": bool(args.cold),
+                            "budget_s": autotune.budget_s(), "shapes": report}
+    args.out.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(existing, indent=1))
+    print(autotune_table(report))
+    print(f"wrote the autotune section of {json_path}")
+    return 0
+
+
 # ---- the run --------------------------------------------------------------------------------
 
 def shape_key(shape):
@@ -219,19 +364,23 @@ def shape_key(shape):
 
 def bench_shape(case, timer, reps, warmup, backends=None):
     """{path: stats + correct} for one shape, paths interleaved per repetition."""
-    paths = {**backend_paths(case, backends), **baseline_paths(case)}
+    paths = {**backend_paths(case, backends), **baseline_paths(case), **extra_paths(case)}
     correct = {}
     for name, call in paths.items():
         for i in range(warmup):
             out = call(i % len(case.inputs))
         out = call(0)
-        correct[name] = None if name == FLOOR else harness_close(out.float().cpu(), case.references[0].float().cpu())
+        correct[name] = None if name in UNCHECKED else harness_close(out.float().cpu(), case.references[0].float().cpu())
     samples = {name: [] for name in paths}
     for rep in range(reps):
         i = rep % len(case.inputs)
         for name, call in paths.items():
             samples[name].append(timer.time_us(lambda: call(i))[1])
-    return {name: {**stats(samples[name]), "correct": correct[name]} for name in paths}
+    rows = {name: {**stats(samples[name]), "correct": correct[name]} for name in paths}
+    floor = floor_of(rows)
+    for row in rows.values():
+        row["ratio_to_floor"] = row["median_us"] / floor if floor else None
+    return rows
 
 
 def parse_shapes(text):
@@ -279,6 +428,9 @@ def summarize(results):
         if all(rows):
             geomeans[path] = {"median_us": geomean([r["median_us"] for r in rows]),
                               "mean_us": geomean([r["mean_us"] for r in rows])}
+    floor = floor_of(geomeans)
+    for row in geomeans.values():
+        row["ratio_to_floor"] = row["median_us"] / floor if floor else None
     return paths, geomeans
 
 
@@ -287,7 +439,7 @@ def table(results, paths, geomeans):
     width = max(16, *(len(p) + 2 for p in paths))
     lines = ["shape".ljust(16) + "".join(p.rjust(width) for p in paths)]
     for key, per_path in results.items():
-        floor = per_path.get(FLOOR, {}).get("median_us")
+        floor = floor_of(per_path)
         cells = []
         for path in paths:
             row = per_path.get(path)
@@ -298,14 +450,14 @@ def table(results, paths, geomeans):
             flag = "!" if row["correct"] is False else ""
             cells.append(f"{flag}{row['median_us']:.2f}{ratio}".rjust(width))
         lines.append(key.ljust(16) + "".join(cells))
-    floor = geomeans.get(FLOOR, {}).get("median_us")
+    floor = floor_of(geomeans)
     cells = []
     for path in paths:
         g = geomeans.get(path)
         ratio = f" {g['median_us'] / floor:4.1f}x" if g and floor else ""
         cells.append((f"{g['median_us']:.2f}{ratio}" if g else "-").rjust(width))
     lines.append("geomean".ljust(16) + "".join(cells))
-    lines.append("median µs (ratio to the floor); ! = wrong result")
+    lines.append(f"median µs (ratio to {RATIO_TO if RATIO_TO in paths else FLOOR}); ! = wrong result")
     return "\n".join(lines)
 
 
@@ -354,11 +506,16 @@ def main(argv=None):
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--backends", help="comma-separated backend names (default: every one)")
     parser.add_argument("--plot-only", type=Path, help="re-draw the PNG of a result JSON")
+    parser.add_argument("--autotune", action="store_true",
+                        help="first-use tuning vs an exhaustive sweep (default shapes: benchmark + test)")
+    parser.add_argument("--cold", action="store_true", help="--autotune with empty kernel caches")
     args = parser.parse_args(argv)
     if args.plot_only:
         plot(json.loads(args.plot_only.read_text()), args.plot_only.with_suffix(".png"))
         return 0
     device = torch.device(args.device)
+    if args.autotune:
+        return run_autotune(args, device)
     on_gpu = device.type == "cuda"
     reps = args.reps or (100 if on_gpu else 5)
     pool = args.pool or (8 if on_gpu else 2)
@@ -378,9 +535,10 @@ def main(argv=None):
         "reps": reps,
         "pool": pool,
         "paths": paths,
-        "path_notes": {p: BASELINE_NOTES.get(p, "backend") for p in paths},
+        "path_notes": {p: BASELINE_NOTES.get(p) or EXTRA_PATHS.get(p, ("backend",))[0] for p in paths},
         "results": results,
         "geomean_us": geomeans,
+        "ratio_to": RATIO_TO if RATIO_TO in paths else FLOOR,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     json_path = args.out / f"{device_slug(description)}.json"

@@ -6,15 +6,23 @@ Order by device (first that builds a runner wins; a failure warns once and falls
   NVIDIA:            cuda -> triton -> torch
   CPU:               torch
 MXFP4_MM_BACKEND=name forces one backend (errors are raised, not hidden).
-Each backend's first call for a shape is checked against the spec's reference GEMM; a backend
-that disagrees is dropped like one that fails to build (MXFP4_MM_VERIFY_FIRST_CALL=0 skips this).
+
+On a GPU a shape's first call is tuned (autotune.py): every plan of every backend above is built,
+checked against the spec's reference GEMM and timed; the fastest correct one serves the shape.
+With MXFP4_MM_TUNE_BUDGET_S=0, or when no candidate verifies within the budget, the table path
+serves: each backend's default plan in the order above, its first call checked against the
+reference GEMM; a backend that disagrees is dropped like one that fails to build
+(MXFP4_MM_VERIFY_FIRST_CALL=0 skips that check on the table path).
 """
 
+import collections
 import importlib
 import os
 import warnings
 
 import torch
+
+from . import autotune
 
 BACKEND_MODULES = {
     "hip": "mxfp4_mm.backends.hip",
@@ -32,10 +40,12 @@ ORDER_BY_DEVICE_KIND = {
 FORCE_ENV = "MXFP4_MM_BACKEND"
 VERIFY_ENV = "MXFP4_MM_VERIFY_FIRST_CALL"  # "0" skips the first-call check against the reference
 
-_runners = {}          # (device, m, n, k) -> (backend name, runner)
+Served = collections.namedtuple("Served", "backend label runner")
+
+_runners = {}          # (device, m, n, k) -> Served
 _broken = set()        # (backend name, device) that failed once
 _device_kinds = {}
-_last_backend = [None]
+_last_served = [None]
 
 
 def kernel_arch(device: torch.device) -> str:
@@ -70,20 +80,15 @@ def candidate_backends(device: torch.device):
     return ORDER_BY_DEVICE_KIND[device_kind(device)]
 
 
-class WrongResult(RuntimeError):
-    pass
+WrongResult = autotune.WrongResult
 
 
-def _check_against_reference(name, out, m, n, k, a, b_q, b_shuffle, b_scale_sh):
+def _check_against_reference(name, out, m, n, k, args):
     """The first call of a backend for a shape is compared with the spec's GEMM (the harness's
     tolerance), so a kernel that is wrong on this machine (e.g. never run on this GPU before) is
     dropped instead of returning wrong numbers. Costs one reference GEMM per shape, once."""
-    from . import spec
-    ref = spec.reference_gemm(a, b_q, spec.e8m0_unshuffle(b_scale_sh, n, k // spec.SCALE_BLOCK))
-    if not torch.allclose(out.float(), ref.float(), rtol=1e-2, atol=1e-2, equal_nan=True):
-        worst = (out.float() - ref.float()).abs().nan_to_num(float("inf")).max().item()
-        raise WrongResult(f"{name} disagrees with the reference on its first call for "
-                          f"M={m} N={n} K={k} (max abs error {worst:.3g})")
+    autotune.check(out, autotune.reference_output(m, n, k, args),
+                   f"{name}, first call for M={m} N={n} K={k}")
 
 
 def _try_backend(name, device, m, n, k, args):
@@ -95,8 +100,8 @@ def _try_backend(name, device, m, n, k, args):
         runner = backend.make_runner(m, n, k, device)
         out = runner(*args)
         if name != "torch" and os.environ.get(VERIFY_ENV, "1") != "0":
-            _check_against_reference(name, out, m, n, k, *args)
-        return runner, out
+            _check_against_reference(name, out, m, n, k, args)
+        return Served(name, autotune.runner_label(backend, runner), runner), out
     except Exception as exc:  # a backend that cannot build or run must not break the call
         if os.environ.get(FORCE_ENV):
             raise
@@ -106,31 +111,72 @@ def _try_backend(name, device, m, n, k, args):
         return None
 
 
-def run_gemm(m, n, k, a, b_q, b_shuffle, b_scale_sh):
-    """C = A @ B^T for validated inputs, through the cached runner for this device and shape."""
-    key = (a.device, m, n, k)
-    entry = _runners.get(key)
-    if entry is not None:
-        _last_backend[0] = entry[0]
-        return entry[1](a, b_q, b_shuffle, b_scale_sh)
-    args = (a, b_q, b_shuffle, b_scale_sh)
-    for name in candidate_backends(a.device):
-        if (name, a.device) in _broken:
+def available_backends(device):
+    """[(name, module)] of the backends that can run on `device`, in dispatch order."""
+    found = []
+    for name in candidate_backends(device):
+        if (name, device) in _broken:
             continue
-        built = _try_backend(name, a.device, m, n, k, args)
+        try:
+            module = load_backend(name)
+            if module.is_available(device):
+                found.append((name, module))
+        except Exception as exc:  # unavailable like a backend that fails to build
+            if os.environ.get(FORCE_ENV):
+                raise
+            _broken.add((name, device))
+            warnings.warn(f"mxfp4_mm: backend {name!r} failed on {device} ({type(exc).__name__}: {exc})",
+                          RuntimeWarning, stacklevel=3)
+    return found
+
+
+def _tuned(m, n, k, args):
+    """(Served, verified output) of the first-use tuner, or None (table path)."""
+    if not autotune.should_tune(args[0].device):
+        return None
+    choice = autotune.choose(m, n, k, args, available_backends(args[0].device), args[0].device)
+    if choice is None:
+        return None
+    return Served(choice.backend, choice.label, choice.runner), choice.out
+
+
+def _table_path(m, n, k, args):
+    for name in candidate_backends(args[0].device):
+        if (name, args[0].device) in _broken:
+            continue
+        built = _try_backend(name, args[0].device, m, n, k, args)
         if built is not None:
-            _runners[key] = (name, built[0])
-            _last_backend[0] = name
-            return built[1]
-    raise RuntimeError(f"mxfp4_mm: no backend could run M={m} N={n} K={k} on {a.device}")
+            return built
+    raise RuntimeError(f"mxfp4_mm: no backend could run M={m} N={n} K={k} on {args[0].device}")
+
+
+def run_gemm(m, n, k, a, b_q, b_shuffle, b_scale_sh):
+    """C = A @ B^T for validated inputs, through the cached runner for this device and shape.
+    The first call of a shape returns the verified output of the candidate that won."""
+    key = (a.device, m, n, k)
+    served = _runners.get(key)
+    if served is not None:
+        _last_served[0] = served
+        return served.runner(a, b_q, b_shuffle, b_scale_sh)
+    args = (a, b_q, b_shuffle, b_scale_sh)
+    served, out = _tuned(m, n, k, args) or _table_path(m, n, k, args)
+    _runners[key] = _last_served[0] = served
+    return out
 
 
 def last_backend_name():
     """Name of the backend that served the most recent call (None before any call)."""
-    return _last_backend[0]
+    return _last_served[0].backend if _last_served[0] else None
+
+
+def last_choice():
+    """"backend:plan label" that served the most recent call (None before any call)."""
+    served = _last_served[0]
+    return f"{served.backend}:{served.label}" if served else None
 
 
 def reset():
     """Forget runners and failures (tests; after changing FORCE_ENV)."""
     _runners.clear()
     _broken.clear()
+    _last_served[0] = None

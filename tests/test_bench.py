@@ -39,3 +39,33 @@ def test_shape_lists():
     assert bench.parse_shapes("bench") == bench.BENCHMARK_SHAPES
     assert bench.parse_shapes("test") == bench.TEST_SHAPES
     assert bench.parse_shapes("1,16,64; 2,32,128") == [(1, 16, 64), (2, 32, 128)]
+
+
+def test_autotune_check_on_cpu_merges_its_section(tmp_path, capsys):
+    """On the CPU the first call takes the torch backend (no tuning); the section's schema holds."""
+    out = tmp_path / "results"
+    assert bench.main(["--shapes", "4,32,64", "--reps", "3", "--pool", "2", "--out", str(out), "--device", "cpu"]) == 0
+    assert bench.main(["--autotune", "--shapes", "4,32,64;3,48,128", "--reps", "3", "--pool", "2",
+                       "--out", str(out), "--device", "cpu"]) == 0
+    report = json.loads(next(out.glob("*.json")).read_text())
+    assert "results" in report  # the normal bench's results are kept
+    section = report["autotune"]
+    assert section["budget_s"] > 0 and section["cold"] is False
+    assert set(section["shapes"]) == {"4x32x64", "3x48x128"}
+    for row in section["shapes"].values():
+        assert row["chosen"] == row["best"] == "torch:default" and row["candidates"] == 1
+        assert row["chosen_us"] == row["best_us"] > 0 and row["tune_s"] > 0 and row["wrong"] == []
+    assert "chosen / best" in capsys.readouterr().out
+
+
+def test_extra_paths_are_timed_beside_the_baselines(tmp_path, monkeypatch):
+    import torch
+    monkeypatch.setitem(bench.EXTRA_PATHS, "zeros", (
+        "torch.zeros of C's shape", lambda case: lambda i: torch.zeros(case.shape[:2], dtype=torch.bfloat16)))
+    monkeypatch.setitem(bench.EXTRA_PATHS, "absent", ("never runs", lambda case: None))
+    assert bench.main(["--shapes", "4,32,64", "--reps", "3", "--pool", "2", "--out", str(tmp_path),
+                       "--device", "cpu", "--backends", "torch"]) == 0
+    report = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert "zeros" in report["paths"] and "absent" not in report["paths"]
+    assert report["path_notes"]["zeros"] == "torch.zeros of C's shape"
+    assert report["results"]["4x32x64"]["zeros"]["correct"] is False

@@ -265,3 +265,16 @@ def test_l2_flush_writes_its_buffer_on_gpu():
     flush()
     torch.cuda.synchronize()
     assert flush._buffer.numel() == 8 << 18 and int(flush._buffer[0]) == 42
+
+
+def test_backend_column_shows_backend_and_plan():
+    import types
+    import mxfp4_mm
+    from mxfp4_mm import dispatch
+    dispatch.reset()
+    mxfp4_mm.custom_kernel(harness.generate_input(m=4, n=32, k=64, seed=1))
+    assert harness._backend_name(mxfp4_mm) == "torch:default"  # the package's own last_backend_name
+    stub = types.SimpleNamespace(last_backend_name=lambda: "stub")  # another submission's
+    assert harness._backend_name(stub) == "stub"
+    assert harness._backend_name(types.SimpleNamespace(last_choice=lambda: "cuda:x")) == "cuda:x"
+    assert harness._backend_name(types.SimpleNamespace()) == "?"
