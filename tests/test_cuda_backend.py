@@ -306,3 +306,76 @@ def test_every_candidate_builds_concurrently_and_is_correct(shape):
         assert run.plan == plan
         assert_harness_close(run(data[0], data[2], data[3], data[4]), ref)
     assert cuda.make_runner(*shape, device).plan == plans[0]
+
+
+# ---- the memory-floor bench path (mxfp4_mm/floor_kernels.py, not bundled) -------------------------
+
+def test_floor_kernel_compiles_for_sm90(tmp_path):
+    import shutil
+    import subprocess
+    from mxfp4_mm import floor_kernels
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    source = tmp_path / "floor.cu"
+    source.write_text(floor_kernels.SOURCE)
+    built = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "floor.cubin"),
+                            str(source)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    assert "0 bytes spill stores" in built.stdout + built.stderr
+
+
+def _expected_floor_output(m, n, k, a, b_q, b_scale_sh, blocks):
+    """What the floor kernel writes: thread t folds (xor) every 16-byte unit u = t (mod step) of
+    A | B codes | B scales and fills its C units with (acc, acc^1, acc^2, acc^3)."""
+    import numpy as np
+    from mxfp4_mm import floor_kernels
+    a_units, b_units, s_units, c_units = floor_kernels.units(m, n, k)
+    raw = np.concatenate([a.reshape(-1).view(torch.uint8).cpu().numpy(), b_q.reshape(-1).view(torch.uint8).cpu().numpy(),
+                          b_scale_sh.reshape(-1).view(torch.uint8)[:s_units * 16].cpu().numpy()])
+    words = np.bitwise_xor.reduce(raw.view(np.uint32).reshape(-1, 4), axis=1)
+    step = blocks * floor_kernels.THREADS
+    padded = np.zeros(-(-len(words) // step) * step, dtype=np.uint32)
+    padded[:len(words)] = words
+    acc = np.bitwise_xor.reduce(padded.reshape(-1, step), axis=0)
+    owner = acc[np.arange(c_units) % step]
+    expected = np.stack([owner, owner ^ 1, owner ^ 2, owner ^ 3], axis=1)
+    return torch.from_numpy(expected.view(np.int16).reshape(m, n))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(4, 2880, 512), (16, 2112, 7168), (256, 3072, 1536), (1, 16, 64)])
+def test_floor_kernel_reads_every_input_byte_once_and_writes_c(shape):
+    if not _hopper():
+        pytest.skip("needs sm_90")
+    from mxfp4_mm import floor_kernels
+    m, n, k = shape
+    data = make_inputs(m, n, k, seed=9, device="cuda")
+    run = floor_kernels.make_runner(m, n, k, torch.device("cuda"))
+    out = run(data[0], data[2], data[3], data[4])
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    blocks = floor_kernels.blocks_for(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count)
+    expected = _expected_floor_output(m, n, k, data[0], data[2], data[4], blocks)
+    assert torch.equal(out.view(torch.int16).cpu(), expected)
+
+
+def test_bench_takes_every_ratio_to_the_memory_floor(tmp_path, monkeypatch):
+    """The floor path is registered with the bench, its output is not checked, and every path's
+    ratio (per shape, geomean, printed table) is taken to it. On the CPU it does not run, so a
+    stand-in with its name (torch.empty of C) takes its place here."""
+    import json
+    from mxfp4_mm import bench, floor_kernels
+    assert bench.EXTRA_PATHS[floor_kernels.PATH][1] is floor_kernels.make_path
+    assert bench.RATIO_TO == floor_kernels.PATH and floor_kernels.PATH in bench.UNCHECKED
+    monkeypatch.setitem(bench.EXTRA_PATHS, floor_kernels.PATH, (floor_kernels.NOTE, lambda case: lambda i: torch.empty(
+        case.shape[:2], dtype=torch.bfloat16)))
+    assert bench.main(["--shapes", "4,32,64", "--reps", "3", "--pool", "2", "--out", str(tmp_path),
+                       "--device", "cpu", "--backends", "torch"]) == 0
+    report = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert report["ratio_to"] == floor_kernels.PATH
+    rows = report["results"]["4x32x64"]
+    assert rows[floor_kernels.PATH]["correct"] is None and rows["torch"]["correct"] is True
+    for row in list(rows.values()) + list(report["geomean_us"].values()):
+        assert row["ratio_to_floor"] > 0
+    assert rows[floor_kernels.PATH]["ratio_to_floor"] == 1.0
+    torch_ratio = rows["torch"]["median_us"] / rows[floor_kernels.PATH]["median_us"]
+    assert rows["torch"]["ratio_to_floor"] == pytest.approx(torch_ratio)
