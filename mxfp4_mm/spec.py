@@ -84,14 +84,18 @@ def e8m0_to_float(scales: torch.Tensor) -> torch.Tensor:
     return torch.where(b == 255, torch.full_like(value, float("nan")), value)
 
 
-def _e2m1_lut(device) -> torch.Tensor:
-    magnitudes = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=device)
+def e2m1_lut(device) -> torch.Tensor:
+    """float32 value of each 4-bit code (E2M1_VALUES, then their negatives), computed on `device`:
+    no host-to-device copy, so the reference GEMM can run inside CUDA-graph capture."""
+    code = torch.arange(8, dtype=torch.float32, device=device)
+    normal = torch.exp2(torch.floor(code / 2) - 1) * (1 + (code % 2) / 2)  # 2^(e-1) * 1.m
+    magnitudes = torch.where(code < 2, code / 2, normal)  # codes 0, 1 are the subnormals 0, 0.5
     return torch.cat((magnitudes, -magnitudes))
 
 
 def dequantize_mxfp4(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """(codes [..., K/2], scales [..., K/32]) -> float32 [..., K]."""
-    values = _e2m1_lut(codes.device)[unpack_nibbles(codes).long()]
+    values = e2m1_lut(codes.device)[unpack_nibbles(codes).long()]
     blocks = values.reshape(*values.shape[:-1], -1, SCALE_BLOCK)
     return (blocks * e8m0_to_float(scales).unsqueeze(-1)).reshape(values.shape)
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mxfp4_mm import bench, spec
+from mxfp4_mm import bench, dispatch, spec
 
 HAS_GPU = torch.cuda.is_available()
 RTOL = ATOL = 1e-2  # the harness's tolerance
@@ -32,3 +32,45 @@ def assert_harness_close(out, ref):
     assert out.shape == ref.shape and out.dtype == ref.dtype
     out, ref = out.float().cpu(), ref.float().cpu()
     torch.testing.assert_close(out, ref, rtol=RTOL, atol=ATOL, equal_nan=True)
+
+
+# ---- backends by name, for tests that run each one directly -------------------------------------
+
+GPU_BACKENDS = tuple(dispatch.BACKEND_MODULES) + ("hip-emulated",)  # the HIP kernels on NVIDIA
+
+
+def gpu_runner_factory(name, device):
+    """make_runner(m, n, k) of backend `name` (a GPU_BACKENDS entry) on `device`; skips the test
+    when the backend cannot run there."""
+    try:
+        module = dispatch.load_backend("hip" if name == "hip-emulated" else name)
+    except ImportError as exc:
+        pytest.skip(f"backend {name} not importable here: {exc}")
+    if name == "hip-emulated":
+        if dispatch.device_kind(device) != "nvidia":
+            pytest.skip("the HIP emulation runs on NVIDIA only")
+        return lambda m, n, k: module.make_emulated_runner(m, n, k, device)
+    if not module.is_available(device):
+        pytest.skip(f"backend {name} not available on {device}")
+    return lambda m, n, k: module.make_runner(m, n, k, device)
+
+
+class TinyModel(torch.nn.Module):
+    """A layer with an MXFP4 weight: y = relu(x) @ W^T + bias, through the custom op."""
+
+    def __init__(self, b_q, b_scale_sh, b_shuffle):
+        super().__init__()
+        self.register_buffer("b_q", b_q)
+        self.register_buffer("b_scale_sh", b_scale_sh)
+        self.register_buffer("b_shuffle", b_shuffle)
+        self.bias = torch.nn.Parameter(torch.linspace(-1, 1, b_q.shape[0], dtype=torch.bfloat16,
+                                                      device=b_q.device))
+
+    def forward(self, x):
+        return torch.ops.mxfp4_mm.gemm(torch.relu(x), self.b_q, self.b_scale_sh, self.b_shuffle) + self.bias
+
+    def reference(self, x):
+        """The same layer through the spec's GEMM."""
+        n, k = self.b_q.shape[0], x.shape[1]
+        c = spec.reference_gemm(torch.relu(x), self.b_q, spec.e8m0_unshuffle(self.b_scale_sh, n, k // 32))
+        return c + self.bias.detach()

@@ -16,8 +16,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from mxfp4_mm import dispatch, spec
-from conftest import HAS_GPU, assert_harness_close
+from mxfp4_mm import spec
+from conftest import GPU_BACKENDS, assert_harness_close, gpu_runner_factory
 
 BF16_MAX_BITS = 0x7F7F
 NAN_BITS = (0x7FC0, 0xFFC0, 0x7FE3, 0x7F81)  # quiet, negative, a payload that rounds past 0x7FFF, signalling
@@ -95,24 +95,6 @@ def check_runner(runner, case):
 
 # ---- backends -------------------------------------------------------------------------------
 
-GPU_BACKENDS = tuple(dispatch.BACKEND_MODULES) + ("hip-emulated",)
-
-
-def _gpu_runner_factory(name, device):
-    """make_runner(m, n, k) of backend `name` on `device`, or skip when it cannot run there."""
-    try:
-        module = dispatch.load_backend("hip" if name == "hip-emulated" else name)
-    except ImportError as exc:
-        pytest.skip(f"backend {name} not importable here: {exc}")
-    if name == "hip-emulated":
-        if dispatch.device_kind(device) != "nvidia":
-            pytest.skip("the HIP emulation runs on NVIDIA only")
-        return lambda m, n, k: module.make_emulated_runner(m, n, k, device)
-    if not module.is_available(device):
-        pytest.skip(f"backend {name} not available on {device}")
-    return lambda m, n, k: module.make_runner(m, n, k, device)
-
-
 def _cached(factory):
     runners = {}
 
@@ -132,7 +114,7 @@ GPU_SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, databa
 @pytest.mark.parametrize("name", GPU_BACKENDS)
 def test_gpu_backend_matches_the_spec_on_extreme_blocks(name):
     device = torch.device("cuda")
-    runner_for = _cached(_gpu_runner_factory(name, device))
+    runner_for = _cached(gpu_runner_factory(name, device))
     shapes = COMPILED_SHAPES if name == "cuda" else None
 
     @GPU_SETTINGS

@@ -6,21 +6,7 @@ import pytest
 import torch
 
 import mxfp4_mm.library as library
-from conftest import assert_harness_close, make_inputs, reference_output
-
-
-class TinyModel(torch.nn.Module):
-    """A layer with an MXFP4 weight: y = relu(x) @ W^T + bias."""
-
-    def __init__(self, b_q, b_scale_sh, b_shuffle):
-        super().__init__()
-        self.register_buffer("b_q", b_q)
-        self.register_buffer("b_scale_sh", b_scale_sh)
-        self.register_buffer("b_shuffle", b_shuffle)
-        self.bias = torch.nn.Parameter(torch.linspace(-1, 1, b_q.shape[0], dtype=torch.bfloat16))
-
-    def forward(self, x):
-        return torch.ops.mxfp4_mm.gemm(torch.relu(x), self.b_q, self.b_scale_sh, self.b_shuffle) + self.bias
+from conftest import TinyModel, assert_harness_close, make_inputs, reference_output
 
 
 def test_op_matches_reference_with_and_without_b_shuffle():

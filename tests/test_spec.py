@@ -98,3 +98,7 @@ def test_a_nan_block_gets_the_top_scale_whatever_its_payload(nan_bits):
     assert scales.item() == 254 and (spec.unpack_nibbles(codes) & 7).eq(0).all()
     amax = torch.tensor([(nan_bits & 0x7FFF) << 16], dtype=torch.int32).view(torch.float32)
     assert spec.exponent_of_amax(amax).item() == 127
+
+
+def test_the_code_table_is_e2m1():
+    assert spec.e2m1_lut("cpu").tolist() == list(spec.E2M1_VALUES) + [-v for v in spec.E2M1_VALUES]
