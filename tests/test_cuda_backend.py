@@ -43,6 +43,8 @@ def test_general_plan_is_valid_for_random_shapes():
         m, n, k = rng.randint(1, 300), 16 * rng.randint(1, 600), 64 * rng.randint(1, 160)
         plan = general_plan(m, n, k)
         assert plan is not None and cuda.is_valid(m, n, k, plan), (m, n, k, plan)
+        picked = cuda_plans.plan_for_shape(m, n, k)
+        assert picked is not None and cuda.is_valid(m, n, k, picked), (m, n, k, picked)
 
 
 def test_wgmma_plans_need_whole_warpgroups_and_a_provided_n():
