@@ -351,3 +351,57 @@ def test_first_use_tuning_on_the_gpu_is_verified_and_within_10_s(fresh, monkeypa
     assert elapsed <= 10.0, f"tuning {shape} took {elapsed:.1f} s"
     other = bench.generate_input(*shape, seed=6, device="cuda")
     assert_harness_close(mxfp4_mm.custom_kernel(other), reference_output(other))
+
+
+# ---- the table tuner (python -m mxfp4_mm.tune) ------------------------------------------------
+
+def _load_table(path, name):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"mxfp4_mm.tables.{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("backend, arch", [("cuda", None), ("triton", "sm_90"), ("triton", "gfx950"),
+                                           ("hip", None)])
+def test_table_writer_merges_one_shape_and_keeps_the_rest(tmp_path, backend, arch):
+    from mxfp4_mm import tune
+    from mxfp4_mm.tables import cuda_plans, hip_plans, triton_plans
+    current = {"cuda": cuda_plans, "triton": triton_plans, "hip": hip_plans}[backend].PLANS
+    old = current[arch] if arch else current
+    some_plan = next(iter(triton_plans.PLANS["sm_90"].values())) if backend == "triton" else next(iter(old.values()))
+    name = tune.TABLE_MODULES[backend]
+    path = tmp_path / f"{name}.py"
+    path.write_text((tune.TABLES_DIR / f"{name}.py").read_text())
+    tune.write_table(backend, {(3, 48, 128): some_plan}, {(3, 48, 128): "1.23 us"}, ["stamp line"], arch=arch,
+                     path=path)
+    text = path.read_text()
+    written = _load_table(path, name).PLANS
+    table = written[arch] if arch else written
+    assert tuple(table[(3, 48, 128)]) == tuple(some_plan) and "# 1.23 us" in text and "# stamp line" in text
+    assert {s: tuple(p) for s, p in table.items() if s != (3, 48, 128)} == {s: tuple(p) for s, p in old.items()}
+    if arch:
+        assert set(written) == set(current)
+    assert text.count("PLANS = {") == 1 and (tune.BEGIN in text) == (backend == "hip")
+
+
+def test_static_hip_table_is_the_rule_with_its_model(tmp_path):
+    from mxfp4_mm import tune
+    path = tmp_path / "hip_plans.py"
+    path.write_text((tune.TABLES_DIR / "hip_plans.py").read_text())
+    tune.write_static_hip(path)
+    written = _load_table(path, "hip_plans").PLANS
+    chosen, _ = tune.static_plans(bench.TEST_SHAPES + bench.BENCHMARK_SHAPES)
+    assert written == chosen
+    text = path.read_text()
+    assert "static model (python -m mxfp4_mm.tune --static)" in text and "mfma" in text and tune.END in text
+
+
+def test_best_per_backend_skips_wrong_and_default_plans():
+    from mxfp4_mm import tune
+    candidates, _ = autotune.candidate_list([("fast", FAST), ("slow", SLOW)], 4, 32, 128, CPU)
+    rows = {"fast:f1": {"correct": True, "median_us": 5.0}, "fast:f2": {"correct": True, "median_us": 3.0},
+            "fast:fwrong": {"correct": False}, "slow:s1": {"correct": True, "median_us": 9.0}}
+    best = tune.best_per_backend(rows, candidates)
+    assert {name: (plan.name, us) for name, (plan, us) in best.items()} == {"fast": ("f2", 3.0), "slow": ("s1", 9.0)}
