@@ -16,7 +16,7 @@ PACKAGE = "mxfp4_mm"
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
 SUBMISSION = REPO_ROOT / "submission.py"
-NOT_BUNDLED = {"bundle.py"}  # build-time only
+NOT_BUNDLED = {"bundle.py", "floor_kernels.py"}  # build-time and bench-only modules
 FORBIDDEN = "stream"  # the grader rejects a submission containing it, in any case
 
 HEADER = '''#!POPCORN leaderboard amd-mxfp4-mm
