@@ -63,9 +63,8 @@ def _hip_plans(hip):
 def plans_for(name, module, m, n, k, device):
     """(plans, make_runner) of one backend for one shape; plan None = the backend's default."""
     candidates = getattr(module, "candidates", None)
-    plans = list(candidates(m, n, k, device)) if candidates else [None]
-    extra = {"cuda": lambda: _cuda_table_plans(module, m, n, k),
-             "hip": lambda: [] if candidates else _hip_plans(module)}.get(name, list)()
+    plans = (list(candidates(m, n, k, device)) if candidates else []) or [None]
+    extra = {"cuda": lambda: _cuda_table_plans(module, m, n, k), "hip": lambda: _hip_plans(module)}.get(name, list)()
     plans += [p for p in extra if p not in plans]
     make = module.make_emulated_runner if name == "hip" else module.make_runner
     return plans, make
