@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from . import bench, custom_kernel, last_backend_name
+from . import bench, custom_kernel, dispatch
 
 MAX_REPEATS = 100
 TIME_BUDGET_NS = 30e9
@@ -49,14 +49,13 @@ def run(shapes=None, device=None):
     shapes = shapes or bench.BENCHMARK_SHAPES
     timer = bench.Timer(device)
     print(f"mxfp4_mm self-benchmark on {bench.device_description(device)} (leaderboard loop)", flush=True)
-    print(f"{'shape':>16} {'backend':>8} {'runs':>5} {'mean µs':>9} {'err µs':>8} {'best µs':>8}", flush=True)
+    print(f"{'shape':>16} {'runs':>5} {'mean µs':>9} {'err µs':>8} {'best µs':>8}  backend:plan", flush=True)
     results = {}
     for index, shape in enumerate(shapes):
         seed = bench.BENCHMARK_SEEDS[index] if shapes is bench.BENCHMARK_SHAPES else 1000 + index
         row = bench_one(shape, seed, timer, device)
         results[bench.shape_key(shape)] = row
-        print(f"{bench.shape_key(shape):>16} {last_backend_name():>8} {row['runs']:>5} {row['mean_us']:>9.2f} "
-              f"{row['err_us']:>8.3f} {row['best_us']:>8.2f}", flush=True)
-    print(f"{'geomean':>16} {'':>8} {'':>5} {bench.geomean([r['mean_us'] for r in results.values()]):>9.2f}",
-          flush=True)
+        print(f"{bench.shape_key(shape):>16} {row['runs']:>5} {row['mean_us']:>9.2f} "
+              f"{row['err_us']:>8.3f} {row['best_us']:>8.2f}  {dispatch.last_choice()}", flush=True)
+    print(f"{'geomean':>16} {'':>5} {bench.geomean([r['mean_us'] for r in results.values()]):>9.2f}", flush=True)
     return results

@@ -10,6 +10,7 @@ def test_run_prints_the_table_and_follows_the_stop_rule(capsys):
     results = selfbench.run(shapes=[(4, 32, 64), (3, 16, 128)], device="cpu")
     printed = capsys.readouterr().out
     assert "4x32x64" in printed and "3x16x128" in printed and "geomean" in printed
+    assert "torch:default" in printed  # the backend:plan that served
     for row in results.values():
         assert 3 <= row["runs"] <= selfbench.MAX_REPEATS
         assert row["best_us"] <= row["mean_us"] <= row["worst_us"]
