@@ -2,10 +2,19 @@
 
 `mxfp4_gemm_kernel` computes one [BLOCK_M, BLOCK_N] tile of C over one K range (split-K index
 `program_id(1)`). Each K step quantizes a bf16 tile of A to e2m1 codes + e8m0 scales (bit-exact to
-SPEC §2, the same device function as `quantize_kernel`), loads B's packed codes from B_q and its
-scales from the shuffled tensor (SPEC §3 index formula; masks keep every read inside the logical
-[N, K/32] scales, never the padding), and accumulates with `tl.dot_scaled` (native
-`v_mfma_scale_f32_*_f8f6f4` on gfx950, emulated through bf16 on Hopper).
+SPEC §2, the same device function as `quantize_kernel`), loads B's packed codes and scales, and
+accumulates with `tl.dot_scaled` (native `v_mfma_scale_f32_16x16x128_f8f6f4` on gfx950, emulated
+through bf16 on Hopper).
+
+B comes in one of three layouts (constexpr B_LAYOUT):
+- GATHER: codes from B_q, scales gathered byte by byte from the shuffled tensor with the SPEC §3
+  index formula (masked to the logical [N, K/32]: any N % 16, any K % 64).
+- VECTOR: codes from B_q; scales read as whole 256-byte chunks of the shuffled tensor (one 32-row
+  group x 256 K) and permuted in registers (N % 32 == 0, BLOCK_K % 256 == 0).
+- SHUFFLED: codes from B_shuffle (shuffle_weight's 16-row x 32-byte tiles) permuted in registers,
+  scales as VECTOR.
+With EVEN_K (K % BLOCK_K == 0) no K masks are needed; rows of A and B past M / N are wrapped onto
+valid rows (never read out of bounds, never stored), so the loop's loads carry no masks.
 
 Split-K stays one launch: every split writes its fp32 partial tile to a workspace, then bumps a
 per-tile counter (acq_rel); the program that arrives last sums the partials in split order (so the
@@ -16,6 +25,9 @@ import triton
 import triton.language as tl
 
 SCALE_BLOCK = 32
+B_GATHER = tl.constexpr(0)
+B_VECTOR = tl.constexpr(1)
+B_SHUFFLED = tl.constexpr(2)
 
 
 @triton.jit
@@ -27,14 +39,23 @@ def _pow2_of_negated(e):
 
 
 @triton.jit
+def _block_exponent(blocks):
+    """SPEC §2 scale exponent per block of 32, from the magnitudes' bit patterns (integer max:
+    a NaN cannot vanish the way it can in a float max). NaN sorts above inf and is taken as inf
+    (its payload could carry out of the rounding add), giving e = 127 as spec.py does."""
+    magnitude = blocks.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+    amax = tl.minimum(tl.max(magnitude, axis=2), 0x7F800000)
+    # Round amax's bit pattern up to a power of two (carry into the exponent at >= 0.75).
+    field = ((amax + 0x200000) & 0x7F800000) >> 23
+    e = tl.minimum(tl.maximum(field - 129, -127), 127)
+    return tl.where(field == 255, 127, e)  # inf after rounding: aiter's clamp of log2(inf)
+
+
+@triton.jit
 def quantize_mxfp4_tile(x, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
     """float32 [BLOCK_M, BLOCK_K] -> (packed codes uint8 [BLOCK_M, BLOCK_K/2], scales uint8 [BLOCK_M, BLOCK_K/32])."""
     blocks = tl.reshape(x, (BLOCK_M, BLOCK_K // 32, 32))
-    amax = tl.max(tl.abs(blocks), axis=2)
-    # Round amax's bit pattern up to a power of two (carry into the exponent at >= 0.75).
-    field = ((amax.to(tl.int32, bitcast=True) + 0x200000) & 0x7F800000) >> 23
-    e = tl.minimum(tl.maximum(field - 129, -127), 127)
-    e = tl.where(field == 255, 127, e)  # inf after rounding: aiter's clamp of log2(inf)
+    e = _block_exponent(blocks)
     q = blocks * _pow2_of_negated(e)[:, :, None]
     mag = tl.abs(q)
     # Round-to-nearest-even onto {0, .5, 1, 1.5, 2, 3, 4, 6}: ">" where ties go down, ">=" where up.
@@ -49,10 +70,16 @@ def quantize_mxfp4_tile(x, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
-def _shuffled_scale_offsets(rows, cols, padded_cols):
-    """SPEC §3: flat index of unshuffled scale (row, col) inside e8m0_shuffle's output."""
-    group = (rows // 32) * (padded_cols // 8) + cols // 8
-    return ((((group * 4 + cols % 4) * 16 + rows % 16) * 2 + (cols % 8) // 4) * 2 + (rows % 32) // 16)
+def _shuffled_scale_row_offsets(rows, padded_cols):
+    """SPEC §3's flat index of scale (row, col) in e8m0_shuffle's output is a sum of a row part and
+    a column part; this is the row part."""
+    return (rows // 32) * (padded_cols // 8) * 256 + (rows % 16) * 4 + (rows % 32) // 16
+
+
+@triton.jit
+def _shuffled_scale_col_offsets(cols):
+    """The column part of SPEC §3's flat scale index (see _shuffled_scale_row_offsets)."""
+    return (cols // 8) * 256 + (cols % 4) * 64 + ((cols % 8) // 4) * 2
 
 
 @triton.jit
@@ -71,35 +98,102 @@ def quantize_kernel(x_ptr, codes_ptr, scales_ptr, M, K,
 
 
 @triton.jit
-def _load_a_operand(a_ptr, a_scale_ptr, rows, k0, M, K,
-                    A_PREQUANTIZED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """A's codes and scales for K step k0: quantized here from bf16, or read (the pre-quantized baseline)."""
-    row_ok = rows[:, None] < M
-    row_base = rows[:, None].to(tl.int64)
-    if A_PREQUANTIZED:
-        half = k0 // 2 + tl.arange(0, BLOCK_K // 2)
-        cols = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-        codes = tl.load(a_ptr + row_base * (K // 2) + half[None, :], mask=row_ok & (half[None, :] < K // 2), other=0)
-        scales = tl.load(a_scale_ptr + row_base * (K // 32) + cols[None, :],
-                         mask=row_ok & (cols[None, :] < K // 32), other=0)
+def _tile_coordinates(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_SIZE_M: tl.constexpr):
+    """(tile_m, tile_n) of program_id(0); GROUP_SIZE_M > 1 walks GROUP_SIZE_M row tiles per column
+    tile before moving on, so neighbouring programs share B tiles in L2."""
+    tile = tl.program_id(0)
+    n_tiles = tl.cdiv(N, BLOCK_N)
+    if GROUP_SIZE_M == 1:
+        tile_m = tile // n_tiles
+        tile_n = tile % n_tiles
     else:
-        ks = k0 + tl.arange(0, BLOCK_K)
-        x = tl.load(a_ptr + row_base * K + ks[None, :], mask=row_ok & (ks[None, :] < K), other=0.0)
+        tiles_per_group = GROUP_SIZE_M * n_tiles
+        first_m = (tile // tiles_per_group) * GROUP_SIZE_M
+        group_rows = tl.minimum(tl.cdiv(M, BLOCK_M) - first_m, GROUP_SIZE_M)
+        tile_m = first_m + (tile % tiles_per_group) % group_rows
+        tile_n = (tile % tiles_per_group) // group_rows
+    return tile_m, tile_n
+
+
+@triton.jit
+def _a_operand(a_ptrs, a_scale_ptrs, k_left, EVEN_K: tl.constexpr, A_PREQUANTIZED: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """A's codes and scales for one K step: quantized here from bf16, or read (the pre-quantized
+    baseline). k_left = K elements left from this step's start (only read without EVEN_K)."""
+    if A_PREQUANTIZED:
+        if EVEN_K:
+            codes = tl.load(a_ptrs)
+            scales = tl.load(a_scale_ptrs)
+        else:
+            codes = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K // 2)[None, :] < k_left // 2, other=0)
+            scales = tl.load(a_scale_ptrs, mask=tl.arange(0, BLOCK_K // 32)[None, :] < k_left // 32, other=0)
+    else:
+        if EVEN_K:
+            x = tl.load(a_ptrs)
+        else:
+            x = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)
         codes, scales = quantize_mxfp4_tile(x.to(tl.float32), BLOCK_M, BLOCK_K)
     return codes, scales
 
 
 @triton.jit
-def _load_b_operand(bq_ptr, bs_ptr, cols_n, k0, N, K, scale_cols_padded, BLOCK_K: tl.constexpr):
-    """B's packed codes [BLOCK_N, BLOCK_K/2] from B_q and scales [BLOCK_N, BLOCK_K/32] from the shuffled tensor."""
-    n_ok = cols_n[:, None] < N
-    half = k0 // 2 + tl.arange(0, BLOCK_K // 2)
-    codes = tl.load(bq_ptr + cols_n[:, None].to(tl.int64) * (K // 2) + half[None, :],
-                    mask=n_ok & (half[None, :] < K // 2), other=0)
-    scale_cols = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-    offsets = _shuffled_scale_offsets(cols_n[:, None], scale_cols[None, :], scale_cols_padded)
-    scales = tl.load(bs_ptr + offsets, mask=n_ok & (scale_cols[None, :] < K // 32), other=0)
-    return codes, scales
+def _b_codes(b_ptrs, k_left, EVEN_K: tl.constexpr, B_LAYOUT: tl.constexpr,
+             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, CACHE_MODIFIER: tl.constexpr):
+    """B's packed codes [BLOCK_N, BLOCK_K/2] for one K step."""
+    # One return per function: Triton compiles the code after a constexpr-if's return too.
+    if B_LAYOUT == B_SHUFFLED:
+        # Loaded as [BLOCK_N/16, BLOCK_K*8]: per 16-row group, (K/64, 2, row, 16 bytes) -> rows first.
+        raw = tl.load(b_ptrs, cache_modifier=CACHE_MODIFIER)
+        tiles = tl.reshape(raw, (BLOCK_N // 16, BLOCK_K // 64, 2, 16, 16))
+        codes = tl.reshape(tl.permute(tiles, (0, 3, 1, 2, 4)), (BLOCK_N, BLOCK_K // 2))
+    elif EVEN_K:
+        codes = tl.load(b_ptrs, cache_modifier=CACHE_MODIFIER)
+    else:
+        codes = tl.load(b_ptrs, mask=tl.arange(0, BLOCK_K // 2)[None, :] < k_left // 2, other=0,
+                        cache_modifier=CACHE_MODIFIER)
+    return codes
+
+
+@triton.jit
+def _b_scales(bs_ptrs, scale_col0, k_left, EVEN_K: tl.constexpr, B_LAYOUT: tl.constexpr,
+              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, CACHE_MODIFIER: tl.constexpr):
+    """B's scales [BLOCK_N, BLOCK_K/32] for one K step (GATHER: bs_ptrs point at the rows' parts,
+    the step's columns start at scale_col0)."""
+    if B_LAYOUT == B_GATHER:
+        cols = tl.arange(0, BLOCK_K // 32)
+        ptrs = bs_ptrs + _shuffled_scale_col_offsets(scale_col0 + cols)[None, :]
+        if EVEN_K:
+            scales = tl.load(ptrs)
+        else:
+            scales = tl.load(ptrs, mask=cols[None, :] < k_left // 32, other=0)
+    else:
+        # [BLOCK_N/32, BLOCK_K]: per 32-row group and 256 K, (c%4, r%16, (c%8)/4, (r%32)/16) -> [n, c].
+        raw = tl.load(bs_ptrs, cache_modifier=CACHE_MODIFIER)
+        chunks = tl.reshape(raw, (BLOCK_N // 32, BLOCK_K // 256, 4, 16, 2, 2))
+        scales = tl.reshape(tl.permute(chunks, (0, 5, 3, 1, 4, 2)), (BLOCK_N, BLOCK_K // 32))
+    return scales
+
+
+@triton.jit
+def _b_pointers(b_ptr, bs_ptr, tile_n, k_begin, N, K, scale_cols_padded, B_LAYOUT: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Pointers of B's codes and scales at K = k_begin (GATHER: scales' row parts only).
+    Rows past N wrap onto valid rows."""
+    if B_LAYOUT == B_SHUFFLED:
+        groups16 = (tile_n * (BLOCK_N // 16) + tl.arange(0, BLOCK_N // 16)) % (N // 16)
+        b_ptrs = (b_ptr + groups16[:, None].to(tl.int64) * (K * 8) + k_begin * 8
+                  + tl.arange(0, BLOCK_K * 8)[None, :])
+    else:
+        cols_n = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+        b_ptrs = b_ptr + cols_n[:, None].to(tl.int64) * (K // 2) + k_begin // 2 + tl.arange(0, BLOCK_K // 2)[None, :]
+    if B_LAYOUT == B_GATHER:
+        cols_n = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+        bs_ptrs = bs_ptr + _shuffled_scale_row_offsets(cols_n, scale_cols_padded)[:, None]
+    else:
+        groups32 = (tile_n * (BLOCK_N // 32) + tl.arange(0, BLOCK_N // 32)) % (N // 32)
+        bs_ptrs = (bs_ptr + groups32[:, None] * (scale_cols_padded * 32) + k_begin
+                   + tl.arange(0, BLOCK_K)[None, :])  # 256 bytes per 32 rows x 256 K: one byte per K
+    return b_ptrs, bs_ptrs
 
 
 @triton.jit
@@ -121,30 +215,54 @@ def _reduce_split_k(acc, partial_ptr, counter_ptr, tile, c_ptrs, c_mask, split_k
 
 # Sizes are runtime values (not specialized) so that one compiled kernel serves every M and split.
 @triton.jit(do_not_specialize=["M", "scale_cols_padded", "split_k", "steps_per_split", "num_tiles"])
-def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, bq_ptr, bs_ptr, c_ptr, partial_ptr, counter_ptr,
+def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, c_ptr, partial_ptr, counter_ptr,
                       M, N, K, scale_cols_padded, split_k, steps_per_split, num_tiles,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      USE_SPLIT_K: tl.constexpr, A_PREQUANTIZED: tl.constexpr):
+                      GROUP_SIZE_M: tl.constexpr, USE_SPLIT_K: tl.constexpr, A_PREQUANTIZED: tl.constexpr,
+                      B_LAYOUT: tl.constexpr, EVEN_K: tl.constexpr, CACHE_MODIFIER: tl.constexpr):
     """C [M, N] bf16 = A @ B^T over MXFP4 operands; grid (num_tiles, split_k).
 
     A: bf16 [M, K] (or, with A_PREQUANTIZED, codes [M, K/2] + unshuffled scales at a_scale_ptr);
-    B_q uint8 [N, K/2]; B scales shuffled, scale_cols_padded columns.
+    b_ptr: B_q uint8 [N, K/2] or, with B_LAYOUT == B_SHUFFLED, B_shuffle; B scales shuffled,
+    scale_cols_padded columns.
     """
-    n_tiles = tl.cdiv(N, BLOCK_N)
-    tile = tl.program_id(0)
-    rows = (tile // n_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols_n = (tile % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
+    tile_m, tile_n = _tile_coordinates(M, N, BLOCK_M, BLOCK_N, GROUP_SIZE_M)
     k_begin = tl.program_id(1) * steps_per_split * BLOCK_K
     steps = tl.minimum(steps_per_split, tl.cdiv(K - k_begin, BLOCK_K))
+    rows = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M  # rows past M wrap; never stored
+    if A_PREQUANTIZED:
+        a_ptrs = a_ptr + rows[:, None].to(tl.int64) * (K // 2) + k_begin // 2 + tl.arange(0, BLOCK_K // 2)[None, :]
+        a_scale_ptrs = (a_scale_ptr + rows[:, None].to(tl.int64) * (K // 32) + k_begin // 32
+                        + tl.arange(0, BLOCK_K // 32)[None, :])
+    else:
+        a_ptrs = a_ptr + rows[:, None].to(tl.int64) * K + k_begin + tl.arange(0, BLOCK_K)[None, :]
+        a_scale_ptrs = a_scale_ptr
+    b_ptrs, bs_ptrs = _b_pointers(b_ptr, bs_ptr, tile_n, k_begin, N, K, scale_cols_padded, B_LAYOUT,
+                                  BLOCK_N, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for step in range(steps):
-        k0 = k_begin + step * BLOCK_K
-        a_codes, a_scales = _load_a_operand(a_ptr, a_scale_ptr, rows, k0, M, K, A_PREQUANTIZED, BLOCK_M, BLOCK_K)
-        b_codes, b_scales = _load_b_operand(bq_ptr, bs_ptr, cols_n, k0, N, K, scale_cols_padded, BLOCK_K)
+        k_left = K - k_begin - step * BLOCK_K
+        a_codes, a_scales = _a_operand(a_ptrs, a_scale_ptrs, k_left, EVEN_K, A_PREQUANTIZED, BLOCK_M, BLOCK_K)
+        b_codes = _b_codes(b_ptrs, k_left, EVEN_K, B_LAYOUT, BLOCK_N, BLOCK_K, CACHE_MODIFIER)
+        b_scales = _b_scales(bs_ptrs, (K - k_left) // 32, k_left, EVEN_K, B_LAYOUT, BLOCK_N, BLOCK_K, CACHE_MODIFIER)
         acc = tl.dot_scaled(a_codes, a_scales, "e2m1", b_codes.T, b_scales, "e2m1", acc)
-    c_ptrs = c_ptr + rows[:, None].to(tl.int64) * N + cols_n[None, :]
-    c_mask = (rows[:, None] < M) & (cols_n[None, :] < N)
+        if A_PREQUANTIZED:
+            a_ptrs += BLOCK_K // 2
+            a_scale_ptrs += BLOCK_K // 32
+        else:
+            a_ptrs += BLOCK_K
+        if B_LAYOUT == B_SHUFFLED:
+            b_ptrs += BLOCK_K * 8
+        else:
+            b_ptrs += BLOCK_K // 2
+        if B_LAYOUT != B_GATHER:
+            bs_ptrs += BLOCK_K
+    out_rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    out_cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + out_rows[:, None].to(tl.int64) * N + out_cols[None, :]
+    c_mask = (out_rows[:, None] < M) & (out_cols[None, :] < N)
     if USE_SPLIT_K:
-        _reduce_split_k(acc, partial_ptr, counter_ptr, tile, c_ptrs, c_mask, split_k, num_tiles, BLOCK_M, BLOCK_N)
+        _reduce_split_k(acc, partial_ptr, counter_ptr, tl.program_id(0), c_ptrs, c_mask, split_k, num_tiles,
+                        BLOCK_M, BLOCK_N)
     else:
         tl.store(c_ptrs, acc.to(tl.bfloat16), mask=c_mask)

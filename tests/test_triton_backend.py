@@ -20,26 +20,14 @@ from conftest import assert_harness_close, make_inputs, reference_output
 
 triton = pytest.importorskip("triton")
 from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
-
-from mxfp4_mm import triton_kernels  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "data" / "mxfp4_quant.pt"
 REPO = Path(__file__).resolve().parent.parent
 
-GEMM_SIGNATURE = {
-    "a_ptr": "*bf16", "a_scale_ptr": "*u8", "bq_ptr": "*u8", "bs_ptr": "*u8", "c_ptr": "*bf16",
-    "partial_ptr": "*fp32", "counter_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
-    "scale_cols_padded": "i32", "split_k": "i32", "steps_per_split": "i32", "num_tiles": "i32",
-    "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
-    "USE_SPLIT_K": "constexpr", "A_PREQUANTIZED": "constexpr",
-}
 
-
-def _compile_gemm(target, block_m=16, block_n=64, block_k=256, split_k=4):
-    constants = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, USE_SPLIT_K=split_k > 1,
-                     A_PREQUANTIZED=False)
-    return triton.compile(ASTSource(triton_kernels.mxfp4_gemm_kernel, GEMM_SIGNATURE, constants), target=target)
+def _compile_gemm(target, block_m=16, block_n=64, block_k=256, split_k=4, b_layout="gather", n=2112, k=7168):
+    plan = triton_backend.Plan(block_m, block_n, block_k, split_k, 4, 2, b_layout=b_layout)
+    return triton_backend.aot_compile(plan, n, k, target)
 
 
 def _require_backend(name):
@@ -55,19 +43,68 @@ def test_gfx950_aot_uses_scaled_mfma(block_m, block_n, split_k):
     assert "v_mfma_scale_f32" in kernel.asm["amdgcn"]
 
 
-def test_gfx950_aot_compiles_every_listed_plan():
-    _require_backend("amd")
-    from mxfp4_mm.tables.triton_plans import PLANS
-    for plan in {triton_backend.Plan(*p) for p in PLANS.get("gfx950", {}).values()}:
-        kernel = _compile_gemm(GPUTarget("hip", "gfx950", 64), plan.block_m, plan.block_n, plan.block_k,
-                               plan.split_k)
-        assert "v_mfma_scale_f32" in kernel.asm["amdgcn"]
-
-
 def test_sm90_aot_gives_ptx():
     _require_backend("nvidia")
-    ptx = _compile_gemm(GPUTarget("cuda", 90, 32)).asm["ptx"]
-    assert ".entry mxfp4_gemm_kernel" in ptx and "mma" in ptx
+    for layout in ("gather", "vector", "shuffled"):
+        ptx = _compile_gemm(GPUTarget("cuda", 90, 32), b_layout=layout).asm["ptx"]
+        assert ".entry mxfp4_gemm_kernel" in ptx and "mma" in ptx, layout
+
+
+def test_chunked_b_layouts_index_math_matches_the_spec():
+    """The kernel's VECTOR / SHUFFLED reads, replayed in torch (Triton's reshape and permute keep
+    torch's row-major semantics): the chunk loads of one tile and K step give B_q and the unshuffled
+    scales exactly."""
+    n, k, block_n, block_k = 96, 1024, 64, 512
+    codes = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8)
+    scales = torch.randint(0, 256, (n, k // 32), dtype=torch.uint8)
+    shuffled_codes, shuffled_scales = spec.shuffle_weight(codes), spec.e8m0_shuffle(scales)
+    padded_cols = shuffled_scales.shape[1]
+    for tile_n in range(2):
+        for k0 in range(0, k, block_k):
+            groups32 = (tile_n * (block_n // 32) + torch.arange(block_n // 32)) % (n // 32)
+            flat = groups32[:, None] * (padded_cols * 32) + k0 + torch.arange(block_k)[None, :]
+            chunks = shuffled_scales.flatten()[flat].reshape(block_n // 32, block_k // 256, 4, 16, 2, 2)
+            got = chunks.permute(0, 5, 3, 1, 4, 2).reshape(block_n, block_k // 32)
+            rows = (tile_n * block_n + torch.arange(block_n)) % n
+            assert torch.equal(got, scales[rows][:, k0 // 32:(k0 + block_k) // 32])
+            groups16 = (tile_n * (block_n // 16) + torch.arange(block_n // 16)) % (n // 16)
+            flat = groups16[:, None] * (k * 8) + k0 * 8 + torch.arange(block_k * 8)[None, :]
+            tiles = shuffled_codes.flatten()[flat].reshape(block_n // 16, block_k // 64, 2, 16, 16)
+            got = tiles.permute(0, 3, 1, 2, 4).reshape(block_n, block_k // 2)
+            assert torch.equal(got, codes[rows][:, k0 // 2:(k0 + block_k) // 2])
+
+
+def test_gather_scale_offsets_split_into_row_and_column_parts():
+    """The GATHER path adds a per-row and a per-column part; their sum is SPEC §3's index."""
+    padded_cols = 24
+    for r in range(0, 300, 7):
+        for c in range(padded_cols):
+            row = (r // 32) * (padded_cols // 8) * 256 + (r % 16) * 4 + (r % 32) // 16
+            col = (c // 8) * 256 + (c % 4) * 64 + ((c % 8) // 4) * 2
+            assert row + col == spec.shuffled_scale_index(r, c, padded_cols)
+
+
+def test_old_six_field_plans_still_work():
+    plan = triton_backend.Plan(16, 64, 128, 4, 8, 2)
+    assert (plan.waves_per_eu, plan.group_size_m, plan.cache_modifier, plan.b_layout) == (0, 1, "", "gather")
+    assert triton_backend.plan_label(plan) == "m16n64k128w8s2.sk4.e0.g1.ca.gather"
+
+
+def test_sm90_candidates_put_the_measured_plan_first():
+    from mxfp4_mm.tables import triton_plans
+    for shape, listed in triton_plans.PLANS["sm_90"].items():
+        plans = triton_backend.candidates_for_arch(*shape, "sm_90", 132)
+        assert plans[0] == triton_backend.Plan(*listed)
+        assert all(triton_backend.fits(p, shape[1], shape[2]) for p in plans)
+        assert len({triton_backend.plan_label(p) for p in plans}) == len(plans) > 1
+
+
+def test_chunked_layouts_refuse_shapes_they_cannot_read():
+    plan = triton_backend.Plan(16, 64, 512, 1, 4, 1, b_layout="shuffled")
+    assert triton_backend.fits(plan, 2112, 7168)
+    assert not triton_backend.fits(plan, 48, 7168)      # N % 32 != 0
+    assert not triton_backend.fits(plan, 2112, 1536 + 256)  # K % BLOCK_K != 0
+    assert triton_backend.candidates(16, 2112, 7168, torch.device("cpu")) == []
 
 
 def test_split_k_steps_leave_no_empty_split():
@@ -79,6 +116,7 @@ def test_split_k_steps_leave_no_empty_split():
 
 _INTERPRETER_CHECK = r"""
 import sys, torch
+from mxfp4_mm import spec
 from mxfp4_mm.backends import triton_backend
 golden = torch.load(sys.argv[1])
 for case in golden["cases"]:
@@ -95,6 +133,18 @@ for case in golden["cases"]:
     assert torch.equal(scales[keep], case["scale"][keep]), case["kind"]
     keep_bytes = keep.repeat_interleave(16, dim=1)
     assert torch.equal(codes[keep_bytes], case["fp4"][keep_bytes]), case["kind"]
+# NaN, +-inf, bf16 max, zeros: the block amax is taken on the bits (spec.py's results exactly).
+special = torch.randn(4, 256).bfloat16()
+special[0, 3] = float("nan")
+special[0, 40] = float("inf")
+special[1, 70] = -float("inf")
+special[1, 100] = torch.tensor(0x7FFF, dtype=torch.int16).view(torch.bfloat16)  # NaN, largest payload
+special[2, :32] = torch.finfo(torch.bfloat16).max
+special[3, 32:64] = 0
+codes, scales = triton_backend.quantize(special, 16, 256)
+want_codes, want_scales = spec.quantize_mxfp4(special)
+assert scales[0, 0] == scales[0, 1] == scales[1, 2] == scales[1, 3] == 254, scales
+assert torch.equal(scales, want_scales) and torch.equal(codes, want_codes)
 print("ok")
 """
 
@@ -179,3 +229,69 @@ def test_prequantized_path_matches_reference():
     triton_backend.make_launcher(16, 2112, 7168, a.device, plan, a_prequantized=True)(
         a_codes, a_scales, b_q, b_scale_sh, out)
     assert_harness_close(out, reference_output(data))
+
+
+def _candidate_cases():
+    """(shape, plan) for every gfx950 and sm_90 candidate of the task shapes: the kernel logic of each
+    (layouts, split-K, tiles) is the same on any GPU, so the H200 checks the gfx950 ones too."""
+    from mxfp4_mm.tables import triton_plans
+    cases = []
+    for shape in TASK_SHAPES:
+        for arch in ("gfx950", "sm_90"):
+            for plan in triton_backend.candidates_for_arch(*shape, arch, 132):
+                cases.append(pytest.param(shape, plan, id=f"{arch}-{'x'.join(map(str, shape))}-"
+                                                          f"{triton_backend.plan_label(plan)}"))
+    assert triton_plans.PLANS["gfx950"]
+    return cases
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,plan", _candidate_cases())
+def test_every_candidate_matches_reference(shape, plan):
+    data = make_inputs(*shape, seed=sum(shape), device="cuda")
+    a, _, b_q, b_shuffle, b_scale_sh = data
+    runner = triton_backend.make_runner(*shape, a.device, plan)
+    assert runner.plan == plan
+    assert_harness_close(runner(a, b_q, b_shuffle, b_scale_sh), reference_output(data))
+    if plan.b_layout == "shuffled":  # without B_shuffle it runs the B_q twin
+        assert_harness_close(runner(a, b_q, None, b_scale_sh), reference_output(data))
+
+
+def _special_blocks(m, k, seed):
+    """bf16 [m, k] with blocks holding NaN, +-inf, bf16 max, denormals and all-zero rows."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn((m, k), generator=gen).bfloat16()
+    x[0, 3] = float("nan")
+    x[1, 40] = float("inf")
+    x[2, 70] = -float("inf")
+    x[3, 100] = torch.tensor(0x7FFF, dtype=torch.int16).view(torch.bfloat16)  # NaN, largest payload
+    x[4, :32] = torch.finfo(torch.bfloat16).max
+    x[5, 32:64] = torch.randn(32, generator=gen) * 2.0 ** -130  # denormal bf16
+    x[6, :64] = torch.tensor(1, dtype=torch.int16).view(torch.bfloat16)  # the smallest denormal
+    x[7] = 0
+    return x
+
+
+@pytest.mark.gpu
+def test_special_blocks_quantize_exactly_as_the_spec():
+    x = _special_blocks(16, 512, 3)
+    codes, scales = triton_backend.quantize(x.cuda(), 16, 256)
+    want_codes, want_scales = spec.quantize_mxfp4(x)
+    assert scales[0, 0] == scales[1, 1] == scales[2, 2] == scales[3, 3] == 254
+    assert torch.equal(scales.cpu(), want_scales)
+    assert torch.equal(codes.cpu(), want_codes)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("plan", [
+    triton_backend.Plan(16, 64, 256, 1, 4, 2), triton_backend.Plan(16, 128, 512, 2, 4, 1, b_layout="shuffled"),
+    triton_backend.Plan(8, 128, 512, 1, 8, 1, 2, 1, ".cg", "vector"),
+])
+def test_nan_and_inf_rows_match_the_reference(plan):
+    a = _special_blocks(16, 1024, 5).cuda()
+    data = list(make_inputs(16, 256, 1024, seed=4, device="cuda"))
+    data[0] = a
+    out = triton_backend.make_runner(16, 256, 1024, a.device, plan)(a, data[2], data[3], data[4])
+    ref = reference_output(tuple(data))
+    assert torch.equal(out.isnan().cpu(), ref.isnan().cpu())
+    assert_harness_close(out, ref)

@@ -1,21 +1,27 @@
 """Triton backend: one `tl.dot_scaled` kernel launch per call, A quantized inside the kernel.
 
 Portable fallback: native scaled MFMA on gfx950, emulated (fp4 -> bf16 MMA) on Hopper.
-Plans come from `tables/triton_plans.py` per kernel arch and shape, else from `general_plan`.
+Plans come from `tables/triton_plans.py` per kernel arch and shape (gfx950: AMD's tuned
+`gemm_a16wfp4` figures), else from `general_plan`; `candidates` lists the plans worth timing.
 The split-K workspace and per-tile counters come from `scratch.split_k_workspace`, one per
 (device, current queue, shape, plan): calls on two queues never share them.
 """
-
-import collections
 
 import torch
 
 from ..dispatch import kernel_arch
 from ..scratch import split_k_workspace
+from ..tables import triton_plans
 
 NAME = "triton"
 
-Plan = collections.namedtuple("Plan", "block_m block_n block_k split_k num_warps num_stages")
+# Plan fields, b_layout: "gather" (B_q; scales gathered byte by byte), "vector" (B_q; scales read
+# as 256-byte chunks), "shuffled" (B_shuffle; scales as "vector"). cache_modifier applies to B's loads.
+Plan = triton_plans.Plan
+general_plan = triton_plans.general_plan
+split_k_steps = triton_plans.split_k_steps
+B_LAYOUTS = {"gather": 0, "vector": 1, "shuffled": 2}  # triton_kernels.B_GATHER, B_VECTOR, B_SHUFFLED
+MFMA_NONK_DIM = 16  # gfx950: v_mfma_scale_f32_16x16x128 (AMD's configs use 16 throughout)
 
 
 def is_available(device: torch.device) -> bool:
@@ -29,66 +35,137 @@ def is_available(device: torch.device) -> bool:
     return hasattr(tl, "dot_scaled")
 
 
-def _next_pow2(x: int) -> int:
-    return 1 << max(0, (x - 1).bit_length())
+def fits(plan: Plan, n: int, k: int) -> bool:
+    """Whether the kernel supports this plan on N, K: the chunked B layouts read whole 32-row scale
+    groups and whole K steps."""
+    if plan.b_layout == "gather":
+        return True
+    return n % 32 == 0 and plan.block_n % 32 == 0 and plan.block_k % 256 == 0 and k % plan.block_k == 0
 
 
-def split_k_steps(k_steps: int, split_k: int):
-    """(split_k, steps per split) with no empty split: every split gets ceil(k_steps/split_k) steps but the last."""
-    split_k = max(1, min(split_k, k_steps))
-    steps = -(-k_steps // split_k)
-    return -(-k_steps // steps), steps
+def plan_label(plan: Plan) -> str:
+    """e.g. "m16n128k512w4s1.sk4.e2.g1.cg.shuffled": tile, warps, stages, split-K, waves per EU,
+    group size, cache modifier, B layout."""
+    cache = plan.cache_modifier.lstrip(".") or "ca"
+    return (f"m{plan.block_m}n{plan.block_n}k{plan.block_k}w{plan.num_warps}s{plan.num_stages}.sk{plan.split_k}"
+            f".e{plan.waves_per_eu}.g{plan.group_size_m}.{cache}.{plan.b_layout}")
 
 
-def general_plan(m: int, n: int, k: int, compute_units: int) -> Plan:
-    """Small-M GEMMs are bandwidth-bound: tiles of 16..64 rows by 64 columns, and split K until
-    the launch has about one program per compute unit."""
-    block_m = min(64, max(16, _next_pow2(m)))
-    block_n = 64
-    block_k = 256 if k >= 256 else 128
-    tiles = -(-m // block_m) * -(-n // block_n)
-    split_k = split_k_steps(-(-k // block_k), round(compute_units / tiles))[0]
-    return Plan(block_m, block_n, block_k, split_k, 4, 2)
+def _table_plan(m, n, k, arch):
+    listed = triton_plans.PLANS.get(arch, {}).get((m, n, k))
+    return None if listed is None else Plan(*listed)
 
 
 def plan_for(m: int, n: int, k: int, device: torch.device) -> Plan:
-    from ..tables.triton_plans import PLANS
-    listed = PLANS.get(kernel_arch(device), {}).get((m, n, k))
-    if listed is not None:
-        return Plan(*listed)
+    listed = _table_plan(m, n, k, kernel_arch(device))
+    if listed is not None and fits(listed, n, k):
+        return listed
     return general_plan(m, n, k, torch.cuda.get_device_properties(device).multi_processor_count)
 
 
+def candidates_for_arch(m: int, n: int, k: int, arch: str, compute_units: int):
+    """Every plan for the shape on this arch, prior first; no compilation."""
+    listed = _table_plan(m, n, k, arch)
+    first = listed if listed is not None else general_plan(m, n, k, compute_units)
+    plans = [first] + triton_plans.variations(m, n, k, arch, first)
+    return list(dict.fromkeys(p for p in plans if fits(p, n, k)))
+
+
+def candidates(m: int, n: int, k: int, device: torch.device):
+    if device.type != "cuda":
+        return []
+    units = torch.cuda.get_device_properties(device).multi_processor_count
+    return candidates_for_arch(m, n, k, kernel_arch(device), units)
+
+
+def _compile_options(plan: Plan) -> dict:
+    options = dict(num_warps=plan.num_warps, num_stages=plan.num_stages)
+    if torch.version.hip:
+        options.update(waves_per_eu=plan.waves_per_eu, matrix_instr_nonkdim=MFMA_NONK_DIM)
+    return options
+
+
+def kernel_constants(plan: Plan, k: int, split_k: int, a_prequantized=False) -> dict:
+    """The kernel's constexpr arguments for this plan (shared by launches and AOT compiles)."""
+    return dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, GROUP_SIZE_M=plan.group_size_m,
+                USE_SPLIT_K=split_k > 1, A_PREQUANTIZED=a_prequantized, B_LAYOUT=B_LAYOUTS[plan.b_layout],
+                EVEN_K=k % plan.block_k == 0, CACHE_MODIFIER=plan.cache_modifier)
+
+
 def make_launcher(m, n, k, device, plan: Plan, a_prequantized=False):
-    """launch(a, a_scales, b_q, b_scale_sh, out): one kernel launch writing out [m, n]."""
+    """launch(a, a_scales, b, b_scale_sh, out): one kernel launch writing out [m, n]; b is B_shuffle
+    for a "shuffled" plan, else B_q."""
     from .. import triton_kernels
 
+    if not fits(plan, n, k):
+        raise ValueError(f"plan: {plan_label(plan)} needs N % 32 == 0 and K % block_k == 0 (N={n}, K={k})")
     split_k, steps = split_k_steps(-(-k // plan.block_k), plan.split_k)
     tiles = -(-m // plan.block_m) * -(-n // plan.block_n)
     grid = (tiles, split_k)
     partials_shape = (split_k * tiles * plan.block_m * plan.block_n if split_k > 1 else 1,)
     workspace_key = (NAME, m, n, k, plan, a_prequantized)
-    constants = dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, USE_SPLIT_K=split_k > 1,
-                     A_PREQUANTIZED=a_prequantized, num_warps=plan.num_warps, num_stages=plan.num_stages)
+    arguments = dict(kernel_constants(plan, k, split_k, a_prequantized), **_compile_options(plan))
     kernel = triton_kernels.mxfp4_gemm_kernel[grid]
+    # The current queue's workspace now, so the first call launches nothing but the GEMM.
+    split_k_workspace(device, workspace_key, partials_shape, tiles)
 
-    def launch(a, a_scales, b_q, b_scale_sh, out):
+    def launch(a, a_scales, b, b_scale_sh, out):
         partial, counters = split_k_workspace(device, workspace_key, partials_shape, tiles)
-        kernel(a, a_scales, b_q, b_scale_sh, out, partial, counters, m, n, k, b_scale_sh.shape[1],
-               split_k, steps, tiles, **constants)
+        kernel(a, a_scales, b, b_scale_sh, out, partial, counters, m, n, k, b_scale_sh.shape[1],
+               split_k, steps, tiles, **arguments)
 
     return launch
 
 
-def make_runner(m: int, n: int, k: int, device: torch.device):
-    launch = make_launcher(m, n, k, device, plan_for(m, n, k, device))
+def make_runner(m: int, n: int, k: int, device: torch.device, plan: Plan = None):
+    """The runner for this shape; `plan` overrides the table (the tuner sweeps with it). A
+    "shuffled" plan called without B_shuffle runs its "vector" twin on B_q."""
+    plan = plan or plan_for(m, n, k, device)
+    launch = make_launcher(m, n, k, device, plan)
+    fallback = plan._replace(b_layout="vector")
+    launch_without_shuffle = make_launcher(m, n, k, device, fallback) if plan.b_layout == "shuffled" else launch
 
     def run(a, b_q, b_shuffle, b_scale_sh):
         out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
-        launch(a, a, b_q, b_scale_sh, out)  # a_scales unused when A is quantized in the kernel
+        # a_scales is unused when A is quantized in the kernel.
+        if plan.b_layout == "shuffled" and b_shuffle is not None:
+            launch(a, a, b_shuffle, b_scale_sh, out)
+        else:
+            launch_without_shuffle(a, a, b_q, b_scale_sh, out)
         return out
 
+    run.plan = plan
     return run
+
+
+# ---- ahead-of-time compilation (CI checks and tools/gfx950_compare.py; needs no GPU) ---------
+
+_POINTERS = {"a_ptr": "*bf16", "a_scale_ptr": "*u8", "b_ptr": "*u8", "bs_ptr": "*u8", "c_ptr": "*bf16",
+             "partial_ptr": "*fp32", "counter_ptr": "*i32"}
+_SIZES = ("M", "N", "K", "scale_cols_padded", "split_k", "steps_per_split", "num_tiles")
+
+
+def aot_compile(plan: Plan, n: int, k: int, target, split_k: int = None):
+    """triton.compile of the plan's kernel for `target` (e.g. GPUTarget("hip", "gfx950", 64)), with
+    the specializations a launch on that target gets: 16-byte aligned pointers within 2 GB (AMD
+    buffer loads), N and K divisibility by 16 where they have it."""
+    import triton
+    from triton.compiler import ASTSource
+
+    from .. import triton_kernels
+
+    split_k = split_k_steps(-(-k // plan.block_k), plan.split_k)[0] if split_k is None else split_k
+    constants = kernel_constants(plan, k, split_k)
+    names = triton_kernels.mxfp4_gemm_kernel.arg_names
+    signature = dict(_POINTERS, **{s: "i32" for s in _SIZES}, **{c: "constexpr" for c in constants})
+    pointer_attrs = [["tt.divisibility", 16]] + ([["tt.pointer_range", 32]] if target.backend == "hip" else [])
+    attrs = {(names.index(p),): pointer_attrs for p in _POINTERS}
+    attrs.update({(names.index(s),): [["tt.divisibility", 16]] for s, v in (("N", n), ("K", k)) if v % 16 == 0})
+    options = dict(num_warps=plan.num_warps, num_stages=plan.num_stages)
+    if target.backend == "hip":
+        options.update(waves_per_eu=plan.waves_per_eu, matrix_instr_nonkdim=MFMA_NONK_DIM)
+    return triton.compile(ASTSource(triton_kernels.mxfp4_gemm_kernel, signature, constants, attrs),
+                          target=target, options=options)
 
 
 def quantize(x: torch.Tensor, block_m: int = 16, block_k: int = 256):

@@ -1,10 +1,70 @@
-"""Tile / split-K plans for the Triton backend, by kernel arch, then by (M, N, K).
+"""Plans of the Triton backend: the Plan type, the rules, and the tables by kernel arch, then (M, N, K).
 
-Each plan: (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages). Shapes not listed use the
-general rule in `backends/triton_backend.py`. Written by tools/tune_triton.py on the device
-(sm_90: NVIDIA H200, torch 2.11 cu130, Triton 3.6, 2026-12-02; median µs in notes/triton.md).
-gfx950 has no measured plans yet: it uses the rule.
+A plan: (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages, waves_per_eu, GROUP_SIZE_M,
+B cache modifier, B layout). Tuples of the first six fields are still plans (defaults fill the rest).
+- sm_90: measured by tools/tune_triton.py (NVIDIA H200, torch 2.11 cu130, Triton 3.6, 2026-12-02;
+  median µs in notes/triton.md).
+- gfx950: not measured; AMD's tuned configs of aiter's `gemm_a16wfp4` (AITER_CONFIGS below) as the
+  prior, with the changes that tests/test_triton_gfx950.py enforces on the AOT-compiled AMDGCN:
+  warps never exceed what gives every wave its own MFMAs (BLOCK_N/32 warps for tiles of 16+ rows,
+  BLOCK_N/16 below: Triton 3.6 replicates the tile over the surplus waves), no spills (waves_per_eu
+  capped, see `fitted`), and B read with chunked scale loads ("vector") or from B_shuffle
+  ("shuffled").
 """
+
+import collections
+
+Plan = collections.namedtuple(
+    "Plan", "block_m block_n block_k split_k num_warps num_stages waves_per_eu group_size_m cache_modifier b_layout",
+    defaults=(0, 1, "", "gather"))
+
+# AMD's gfx950 configs (aiter/ops/triton/configs/gemm/gfx950-GEMM-A16WFP4*.json), per task shape:
+# (BLOCK_M, BLOCK_N, BLOCK_K, NUM_KSPLIT, num_warps, num_stages, waves_per_eu, GROUP_SIZE_M,
+# cache_modifier, preshuffled file?). Generic file unless N=7168 K=2048 or (preshuffled) N=2112 K=7168.
+AITER_CONFIGS = {
+    (4, 2880, 512): (4, 128, 512, 1, 4, 1, 2, 1, ".cg", False),         # M_LEQ_8
+    (16, 2112, 7168): (16, 128, 512, 14, 4, 1, 1, 1, ".cg", True),      # PRESHUFFLED N=2112 K=7168, M_LEQ_16
+    (32, 4096, 512): (8, 128, 512, 1, 8, 1, 2, 1, ".cg", False),        # M_LEQ_32
+    (32, 2880, 512): (8, 128, 512, 1, 8, 1, 2, 1, ".cg", False),        # M_LEQ_32
+    (64, 7168, 2048): (16, 128, 512, 1, 8, 2, 4, 1, ".cg", False),      # N=7168 K=2048, M_LEQ_64
+    (256, 3072, 1536): (8, 128, 512, 1, 8, 1, 2, 1, ".cg", False),      # M_LEQ_256
+    (8, 2112, 7168): (8, 128, 512, 14, 4, 1, 1, 1, ".cg", True),        # PRESHUFFLED N=2112 K=7168, M_LEQ_8
+    (16, 3072, 1536): (4, 128, 512, 1, 4, 1, 2, 1, ".cg", False),       # M_LEQ_16
+    (64, 3072, 1536): (8, 128, 512, 1, 8, 1, 2, 1, ".cg", False),       # M_LEQ_64
+    (256, 2880, 512): (8, 128, 512, 1, 8, 1, 2, 1, ".cg", False),       # M_LEQ_256
+}
+
+
+def aiter_plan(shape) -> Plan:
+    """AMD's config for a task shape as our plan, unchanged (B_q with gathered scales unless the
+    config is from the preshuffled file)."""
+    *fields, shuffled = AITER_CONFIGS[shape]
+    return Plan(*fields, b_layout="shuffled" if shuffled else "gather")
+
+
+def max_warps(block_m: int, block_n: int) -> int:
+    """Most warps Triton 3.6 spreads over a dot_scaled tile on gfx950 without replicating it."""
+    return block_n // (32 if block_m >= 16 else 16)
+
+
+def a_elements_per_lane(plan: Plan) -> int:
+    """bf16 A elements each lane quantizes per K step (wave64)."""
+    return plan.block_m * plan.block_k // (64 * plan.num_warps)
+
+
+def fitted(plan: Plan) -> Plan:
+    """The plan with warps capped against replication, and waves_per_eu set to 2 where a lane
+    quantizes 32+ A elements per step: at 3-4 (170-128 VGPRs) or unset those tiles spill."""
+    plan = plan._replace(num_warps=min(plan.num_warps, max_warps(plan.block_m, plan.block_n)))
+    if a_elements_per_lane(plan) >= 32 and plan.waves_per_eu != 2:
+        plan = plan._replace(waves_per_eu=2)
+    return plan
+
+
+def _gfx950_prior(shape) -> Plan:
+    plan = fitted(aiter_plan(shape))
+    return plan if plan.b_layout == "shuffled" else plan._replace(b_layout="vector")
+
 
 PLANS = {
     'sm_90': {
@@ -19,6 +79,60 @@ PLANS = {
         (256, 2880, 512): (64, 128, 256, 1, 4, 3),
         (256, 3072, 1536): (64, 128, 256, 1, 4, 3),
     },
-    'gfx950': {
-    },
+    'gfx950': {shape: tuple(_gfx950_prior(shape)) for shape in AITER_CONFIGS},
 }
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
+
+
+def split_k_steps(k_steps: int, split_k: int):
+    """(split_k, steps per split) with no empty split: every split gets ceil(k_steps/split_k) steps but the last."""
+    split_k = max(1, min(split_k, k_steps))
+    steps = -(-k_steps // split_k)
+    return -(-k_steps // steps), steps
+
+
+def general_plan(m: int, n: int, k: int, compute_units: int) -> Plan:
+    """Small-M GEMMs are bandwidth-bound: tiles of 16..64 rows by 64 columns, and split K until
+    the launch has about one program per compute unit."""
+    block_m = min(64, max(16, _next_pow2(m)))
+    block_n = 64
+    block_k = 256 if k >= 256 else 128
+    tiles = -(-m // block_m) * -(-n // block_n)
+    split_k = split_k_steps(-(-k // block_k), round(compute_units / tiles))[0]
+    return Plan(block_m, block_n, block_k, split_k, 4, 2)
+
+
+def _gfx950_variations(m, n, k, first: Plan):
+    """Neighbours of the prior worth timing on gfx950: the three B layouts, split-K halved and
+    doubled, row tiles fitted to M, wider column tiles; each `fitted`, and at most 32 quantized A
+    elements per lane (more spill)."""
+    k_steps = -(-k // first.block_k)
+    out = [first._replace(b_layout=layout) for layout in ("shuffled", "vector", "gather")]
+    for split in {max(1, first.split_k // 2), min(k_steps, first.split_k * 2)}:
+        out += [first._replace(split_k=split), first._replace(split_k=split, b_layout="vector")]
+    for block_m in (16, 32):
+        if block_m <= max(16, _next_pow2(m)) and block_m != first.block_m:
+            out.append(first._replace(block_m=block_m))
+    if n >= 4096:
+        out.append(first._replace(block_n=256, num_warps=8))
+    out.append(first._replace(waves_per_eu=0))
+    return [plan for plan in map(fitted, out) if a_elements_per_lane(plan) <= 32]
+
+
+def _generic_variations(m, n, k, first: Plan):
+    """On NVIDIA: the B layouts and split-K halved / doubled around the measured plan."""
+    k_steps = -(-k // first.block_k)
+    out = [first._replace(b_layout="vector"), first._replace(b_layout="shuffled")]
+    out += [first._replace(split_k=max(1, first.split_k // 2)), first._replace(split_k=min(k_steps, first.split_k * 2))]
+    out.append(first._replace(block_n=first.block_n * 2 if first.block_n < 128 else 64))
+    return out
+
+
+def variations(m: int, n: int, k: int, arch: str, first: Plan):
+    """Candidate plans beside `first` (the prior), most promising first; may not fit every N, K."""
+    if arch == "gfx950":
+        return _gfx950_variations(m, n, k, first)
+    return _generic_variations(m, n, k, first)
