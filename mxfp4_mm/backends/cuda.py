@@ -104,7 +104,7 @@ def _module(n, k, device, plan, extra_options=()):
 
 def make_launcher(m: int, n: int, k: int, device: torch.device, plan: Plan, extra_options=()):
     """launch(a, b_q, b_scale_sh, out): one kernel launch writing out [m, n].
-    extra_options: more -D flags (timing experiments, e.g. tools/ablate_cuda.py)."""
+    extra_options: more -D flags (timing experiments, e.g. tools/cuda_lab.py ablate)."""
     if not is_valid(m, n, k, plan):
         raise ValueError(f"cuda: invalid plan {plan} for M={m} N={n} K={k}")
     dims, block = grid(m, n, plan), (plan.wn * plan.wk * 32, 1, 1)

@@ -66,19 +66,19 @@ typedef unsigned char u8;
 #endif
 #include "mxfp4_exact.h"
 // Descriptor strides of the activation tile (bytes between the two K halves / between 8-row
-// groups); -D overrides are for layout experiments (tools/probe_wgmma.py).
+// groups); -D overrides are for layout experiments.
 #ifndef WG_LBO
 #define WG_LBO (BM * 16)
 #endif
 #ifndef WG_SBO
 #define WG_SBO 128
 #endif
-// Timing experiments only (tools/ablate_cuda.py; results are wrong): bit mask of stages left out.
+// Timing experiments only (tools/cuda_lab.py ablate; results are wrong): bit mask of stages left out.
 // 1 = A quantization, 2 = B nibble conversion, 4 = MMAs, 8 = B global loads.
 #ifndef ABLATE
 #define ABLATE 0
 #endif
-// Timing experiment (tools/timeline_cuda.py): thread 0 of each CTA records %globaltimer and clock64
+// Timing experiment (tools/cuda_lab.py timeline): thread 0 of each CTA records %globaltimer and clock64
 // at phase boundaries into C (as u64[24] per CTA: 8 timer values, 8 clocks, SM id) instead of
 // writing results.
 #ifndef TIMELINE

@@ -6,7 +6,7 @@ A kernel build serves every M (M is a launch argument), and plans are picked per
 (`m_class`): the listed plan of the shape, else the listed plan of its M class, else `general_plan`
 for the class, so a caller whose batch size varies builds one kernel per class.
 
-Regenerate on an H200 (rewrites PLANS below):  python3 tools/tune_cuda.py --write
+Regenerate on an H200 (rewrites PLANS below):  python3 -m mxfp4_mm.tune --write
 """
 
 import collections
@@ -21,17 +21,17 @@ Plan = collections.namedtuple("Plan", "bm wn nt wk split_k cn ring wg", defaults
 WGMMA_BMS = (16, 32, 64, 128)  # the wgmma N sizes kernels/wgmma_sm90a.h provides
 
 PLANS = {
-    # measured by tools/tune_cuda.py on NVIDIA H200 2026-12-02
+    # measured on NVIDIA H200 2026-12-02
     (256, 3072, 1536): (32, 6, 2, 2, 1, 2, 2),  # 19.71 us
     (64, 7168, 2048): (64, 8, 1, 1, 2, 4, 0),  # 18.27 us
-    (16, 2112, 7168): (16, 6, 2, 2, 8, 1, 2),  # 15.36 us (sweep 2); 14.42 in the final bench with B_LATE
-    (4, 2880, 512): (8, 3, 1, 4, 1, 4, 0),  # 5.34 us (sweep 2)
-    (32, 4096, 512): (16, 2, 2, 4, 1, 2, 0),  # 6.98 us (sweep 2)
-    (32, 2880, 512): (16, 3, 1, 4, 1, 4, 0),  # 6.02 us (sweep 2)
-    (8, 2112, 7168): (8, 3, 3, 4, 8),  # test shape, v1-era plan (not re-tuned)
-    (16, 3072, 1536): (16, 4, 2, 2, 4),  # test shape, v1-era plan (not re-tuned)
-    (64, 3072, 1536): (64, 4, 1, 2, 4),  # test shape, v1-era plan (not re-tuned)
-    (256, 2880, 512): (64, 3, 2, 2, 2),  # test shape, v1-era plan (not re-tuned)
+    (16, 2112, 7168): (16, 6, 2, 2, 8, 1, 2),  # 15.36 us in the H200 plan sweep of 2026-12-02; 14.42 in the bench with B_LATE
+    (4, 2880, 512): (8, 3, 1, 4, 1, 4, 0),  # 5.34 us (H200 plan sweep, 2026-12-02)
+    (32, 4096, 512): (16, 2, 2, 4, 1, 2, 0),  # 6.98 us (H200 plan sweep, 2026-12-02)
+    (32, 2880, 512): (16, 3, 1, 4, 1, 4, 0),  # 6.02 us (H200 plan sweep, 2026-12-02)
+    (8, 2112, 7168): (8, 3, 3, 4, 8),  # test shape; plan of the first sweep, not re-tuned
+    (16, 3072, 1536): (16, 4, 2, 2, 4),  # test shape; plan of the first sweep, not re-tuned
+    (64, 3072, 1536): (64, 4, 1, 2, 4),  # test shape; plan of the first sweep, not re-tuned
+    (256, 2880, 512): (64, 3, 2, 2, 2),  # test shape; plan of the first sweep, not re-tuned
 }
 
 
