@@ -10,7 +10,7 @@ import torch
 from . import dispatch
 from .validate import check_gemm_inputs
 
-__all__ = ["custom_kernel", "gemm", "last_backend_name"]
+__all__ = ["custom_kernel", "gemm", "last_backend_name", "last_choice"]
 
 
 def _as_bytes(t):
@@ -38,3 +38,4 @@ def custom_kernel(data):
 
 
 last_backend_name = dispatch.last_backend_name
+last_choice = dispatch.last_choice  # "backend:plan" of the most recent call
