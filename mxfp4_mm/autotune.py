@@ -361,7 +361,7 @@ def _device_identity(device):
     if device.type != "cuda":
         import platform
         return "cpu", platform.machine(), None
-    from .dispatch import kernel_arch
+    from .devices import kernel_arch
     return torch.cuda.get_device_name(device), kernel_arch(device), _driver_versions(device)
 
 

@@ -23,6 +23,7 @@ import warnings
 import torch
 
 from . import autotune
+from .devices import kernel_arch  # noqa: F401  (backends and tools use dispatch.kernel_arch)
 
 BACKEND_MODULES = {
     "hip": "mxfp4_mm.backends.hip",
@@ -46,14 +47,6 @@ _runners = {}          # (device, m, n, k) -> Served
 _broken = set()        # (backend name, device) that failed once
 _device_kinds = {}
 _last_served = [None]
-
-
-def kernel_arch(device: torch.device) -> str:
-    """The GPU's code-object target: "gfx950", "sm_90", ..."""
-    props = torch.cuda.get_device_properties(device)
-    if torch.version.hip:
-        return props.gcnArchName.split(":")[0]
-    return f"sm_{props.major}{props.minor}"
 
 
 def device_kind(device: torch.device) -> str:

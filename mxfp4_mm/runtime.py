@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from .dispatch import kernel_arch  # noqa: F401  (tools use runtime.kernel_arch)
+from .devices import kernel_arch  # noqa: F401  (tools use runtime.kernel_arch)
 from .kernels import read_source
 
 CACHE_ENV = "MXFP4_MM_CACHE_DIR"
