@@ -62,3 +62,68 @@ def isa_stats(asm: str) -> dict:
         scratch=_meta(asm, "private_segment_fixed_size"),
         occupancy=int(re.search(r"^; Occupancy: (\d+)", asm, re.M).group(1)),
     )
+
+
+def triton_numbers(m: int, n: int, k: int, plan) -> dict:
+    """Static figures of one Triton plan on one shape, over the whole grid."""
+    from triton.backends.compiler import GPUTarget
+
+    from mxfp4_mm.backends import triton_backend
+
+    stats = isa_stats(triton_backend.aot_compile(plan, n, k, GPUTarget("hip", "gfx950", 64)).asm["amdgcn"])
+    k_steps = -(-k // plan.block_k)
+    split_k = triton_backend.split_k_steps(k_steps, plan.split_k)[0]
+    tiles = -(-m // plan.block_m) * -(-n // plan.block_n)
+    wave_steps = tiles * k_steps * plan.num_warps  # every wave of every program runs the body once per step
+    return dict(plan=triton_backend.plan_label(plan), programs=tiles * split_k,
+                grid_mfma=stats["loop_mfma"] * wave_steps, kloop_valu=stats["loop_valu"] * wave_steps,
+                vgpr_spill=stats["vgpr_spills"], sgpr_spill=stats["sgpr_spills"], vgprs=stats["vgprs"],
+                occupancy=stats["occupancy"])
+
+
+def hip_numbers(m: int, n: int, k: int):
+    """The HIP backend's prior-first plan from tools/gfx950_build.py, or None where it is unavailable."""
+    try:
+        import gfx950_build
+        return gfx950_build.grid_numbers(m, n, k)
+    except Exception as exc:  # ziglang missing, or the builder's interface changed: skip the column
+        print(f"hip {m}x{n}x{k}: not available ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
+
+
+def _cells(numbers: dict, reference: dict = None) -> list:
+    if numbers is None:
+        return ["-"] * 5
+    ratio = lambda key: f" ({numbers[key] / reference[key]:.2f}x)" if reference and reference[key] else ""  # noqa: E731
+    return [f"`{numbers['plan']}`", f"{numbers['kloop_valu']:,}{ratio('kloop_valu')}",
+            f"{numbers['grid_mfma']:,}{ratio('grid_mfma')}", f"{numbers['vgpr_spill']}/{numbers['sgpr_spill']}",
+            f"{numbers['occupancy']} ({numbers['vgprs']} VGPRs)"]
+
+
+def main(argv=None) -> int:
+    from mxfp4_mm.backends import triton_backend
+    from mxfp4_mm.tables import triton_plans
+
+    args = sys.argv[1:] if argv is None else argv
+    with_hip = "--no-hip" not in args
+    header = ["shape", "design", "plan", "K-loop VALU over the grid (x aiter)", "scaled MFMAs over the grid (x aiter)",
+              "spills V/S", "occupancy (waves/SIMD)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for shape in BENCHMARKS:
+        aiter = triton_numbers(*shape, triton_plans.aiter_plan(shape))
+        ours = triton_numbers(*shape, triton_backend.candidates_for_arch(*shape, "gfx950", 256)[0])
+        rows = [("aiter's design, AMD's config", aiter, None), ("our Triton, prior first", ours, aiter)]
+        if with_hip:
+            rows.append(("our HIP, prior first", hip_numbers(*shape), aiter))
+        for design, numbers, reference in rows:
+            lines.append("| " + " | ".join(["x".join(map(str, shape)), design] + _cells(numbers, reference)) + " |")
+    print("\n".join(lines))
+    print("\nStatic, AOT-compiled for gfx950 (Triton "
+          f"{__import__('triton').__version__}); K-loop = the loop holding the scaled MFMAs, counted per wave and "
+          "multiplied by waves x K steps x tiles. aiter's design = our kernel at AMD's exact config "
+          "(B_q with byte-gathered scales, or B_shuffle where AMD's config is the preshuffled one).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
