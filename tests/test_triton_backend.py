@@ -1,9 +1,12 @@
 """The Triton dot_scaled backend.
 
 CPU: ahead-of-time compiles for gfx950 (the AMDGCN must use the scaled MFMA) and for sm_90 (PTX),
-and checks the fused quantization bit-exactly in Triton's interpreter.
+the chunked B layouts' index math replayed in torch, plans and candidates, and the fused
+quantization bit-exact in Triton's interpreter (golden vectors; NaN/inf blocks against spec.py).
 GPU (@pytest.mark.gpu): task and odd shapes against the spec's reference GEMM, split-K plans,
-poisoned scale padding, and the fused quantization bit-exact against the golden vectors.
+poisoned scale padding, every gfx950 and sm_90 candidate of the task shapes, NaN/inf/denormal
+blocks (quantization bit for bit, GEMM NaN positions), and the golden vectors.
+(tests/test_triton_gfx950.py checks every gfx950 candidate's AMDGCN.)
 """
 
 import os
