@@ -9,7 +9,7 @@ The split-K workspace and per-tile counters come from `scratch.split_k_workspace
 
 import torch
 
-from ..dispatch import kernel_arch
+from ..devices import kernel_arch
 from ..scratch import split_k_workspace
 from ..tables import triton_plans
 
