@@ -1,4 +1,4 @@
-"""The HIP backend's wiring, plan table and tuner (CPU, with a faked gfx950 device and a stand-in
+"""The HIP backend's wiring, plan table and candidates (CPU, with a faked gfx950 device and a stand-in
 runtime whose "kernel" computes the spec GEMM from the arguments it is launched with), the aiter
 backend's wiring with a stand-in `aiter` module, and (GPU) the backend path through the NVIDIA
 emulation with two queues at once.
@@ -18,9 +18,6 @@ from mxfp4_mm import dispatch, runtime, scratch, spec
 from mxfp4_mm.backends import aiter_backend, hip
 from mxfp4_mm.tables import hip_plans
 from conftest import assert_harness_close, make_inputs, reference_output
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-import tune_hip  # noqa: E402
 
 TASK_SHAPES = [(8, 2112, 7168), (16, 3072, 1536), (64, 3072, 1536), (256, 2880, 512),
                (4, 2880, 512), (16, 2112, 7168), (32, 4096, 512), (32, 2880, 512),
@@ -44,11 +41,19 @@ class FakeKernelModule:
     """Stands in for a compiled mxfp4_gemm.hip: each launch checks its arguments against the
     kernel's signature and fills C with the spec GEMM of the operands it was given."""
 
-    def __init__(self):
+    def __init__(self, options=()):
         self.launches = []
+        self.options = options
 
     def function(self, name):
-        variant = hip.kernel_variants()[name]
+        if name == "mxfp4_gemm_specialized":
+            defines = dict(o[len("-DMXFP4_"):].split("=") for o in self.options)
+            variant = next(v for v in hip.tile_configs().values()
+                           if (v.mfma, v.tile_n // v.mfma, v.waves) == (int(defines["MFMA"]), int(defines["SUB_N"]),
+                                                                       int(defines["WAVES"]))
+                           and v.tile_m == v.mfma * int(defines["SUB_M"]))
+        else:
+            variant = hip.kernel_variants()[name]
         module = self
 
         class Function:
@@ -56,6 +61,9 @@ class FakeKernelModule:
                 assert arg_types == "ppppppiiiii"
 
                 def launch(grid, block, shared, a, b, b_scale_sh, c, partials, counters, m, n, k, cols, split_k):
+                    if module.options:  # a specialized build: the arguments match its constants
+                        defines = dict(o[len("-DMXFP4_"):].split("=") for o in module.options)
+                        assert (m, n, k, split_k) == tuple(int(defines[d]) for d in ("M", "N", "K", "SPLIT_K"))
                     module.launches.append(dict(variant=variant, grid=grid, block=block, b=b, c=c,
                                                 partials=partials, counters=counters, split_k=split_k))
                     assert shared == 0 and block == (64 * variant.waves, 1, 1)
@@ -80,9 +88,18 @@ class FakeKernelModule:
 def fake_gpu(gfx950_props, monkeypatch):
     """Dispatch sees a gfx950 device even for CPU tensors; kernels run as FakeKernelModule."""
     module = FakeKernelModule()
+    modules = {}  # one per option set, sharing the launch log
     queue = {"handle": 1}
+
+    def load_module(source, device, options=()):
+        if not options:
+            return module
+        built = modules.setdefault(tuple(options), FakeKernelModule(tuple(options)))
+        built.launches = module.launches
+        return built
+
     monkeypatch.setattr(dispatch, "device_kind", lambda device: "gfx950")
-    monkeypatch.setattr(runtime, "load_module", lambda source, device, options=(): module)
+    monkeypatch.setattr(runtime, "load_module", load_module)
     monkeypatch.setattr(runtime, "current_queue_handle", lambda device: queue["handle"])
     monkeypatch.setattr(scratch, "_workspaces", {})
     dispatch.reset()
@@ -113,7 +130,7 @@ def test_gemm_runs_through_hip_with_one_launch(fake_gpu):
     assert mxfp4_mm.last_backend_name() == "hip"
     assert len(fake_gpu.module.launches) == 1
     launch = fake_gpu.module.launches[0]
-    assert (launch["variant"].name, launch["split_k"]) == tuple(hip_plans.PLANS[(16, 2112, 7168)])
+    assert (launch["variant"].name, launch["split_k"]) == tuple(hip_plans.PLANS[(16, 2112, 7168)])[:2]
     assert launch["b"] is data[3]  # B_shuffle, as the plan's variant reads it
     assert_harness_close(out, reference_output(data))
 
@@ -163,16 +180,14 @@ def test_without_b_shuffle_a_b_q_variant_reads_b_q(fake_gpu):
 
 def test_emulated_runner_needs_nvidia():
     with pytest.raises(RuntimeError, match="NVIDIA"):
-        hip.make_emulated_runner(16, 64, 256, torch.device("cpu"), hip.plan_for(16, 64, 256))
+        hip.make_emulated_runner(16, 64, 256, torch.device("cpu"), hip.candidates(16, 64, 256)[0])
 
 
 # ---- the plan table and the general rule ----------------------------------------------------------
 
 def _check_plan(plan, m, n, k, b_shuffled=True, by_rule=True):
     """What the kernel needs of a plan; with by_rule, also the rule's own limits."""
-    variants = hip.kernel_variants()
-    assert plan.variant in variants
-    v = variants[plan.variant]
+    v = hip.variant_of(plan)
     assert v.b_shuffled == b_shuffled
     assert v.tile_m % v.mfma == 0 and v.tile_n % v.mfma == 0 and v.tile_n % 16 == 0
     chunks = hip_plans.chunks_of(k)
@@ -221,33 +236,72 @@ def test_rule_reasons_about_the_task_shapes_as_documented():
     assert big.tile_m > 16 and hip_plans.grid_blocks(256, 3072, big) >= hip_plans.TARGET_BLOCKS
 
 
-def test_tuner_candidates_include_the_rule_and_are_valid():
-    for shape in TASK_SHAPES:
-        plans = tune_hip.candidates(*shape)
-        assert tune_hip.rule_plan(*shape) in plans
-        for plan in plans:
-            _check_plan(plan, *shape, b_shuffled=hip.kernel_variants()[plan.variant].b_shuffled, by_rule=False)
+@pytest.mark.parametrize("shape", TASK_SHAPES)
+def test_candidates_lead_with_the_table_plan_specialized_and_are_valid(shape):
+    plans = hip.candidates(*shape, CUDA0)
+    table = hip.plan_for(*shape)
+    assert plans[0] == hip_plans.Plan(table.variant, table.split_k, True)
+    assert plans[-1] == table and not table.specialized
+    assert len(plans) == len(set(plans)) and sum(p.specialized for p in plans) <= hip_plans.MAX_SPECIALIZED
+    assert len({hip.plan_label(p) for p in plans}) == len(plans)
+    assert all(" " not in hip.plan_label(p) for p in plans)
+    for plan in plans:
+        _check_plan(plan, *shape, by_rule=False)
 
 
-def test_static_table_round_trips(tmp_path):
-    table = tmp_path / "hip_plans.py"
-    table.write_text(tune_hip.TABLE.read_text())
-    chosen, why = tune_hip.static_plans(TASK_SHAPES)
-    tune_hip.write_table(chosen, why, "test", path=table)
-    namespace = {}
-    exec(compile(table.read_text(), str(table), "exec"), namespace)
-    assert {s: tuple(p) for s, p in namespace["PLANS"].items()} == {s: tuple(p) for s, p in chosen.items()}
-    text = table.read_text()
-    assert text.count("blocks / 256 CUs") == 6  # a static model line beside each benchmark shape
+@settings(max_examples=200, deadline=None)
+@given(m=st.integers(1, 4096), n16=st.integers(1, 2048), k64=st.integers(1, 256))
+def test_candidates_of_any_shape_are_valid(m, n16, k64):
+    n, k = 16 * n16, 64 * k64
+    plans = hip.candidates(m, n, k)
+    assert plans and plans[0].specialized
+    for plan in plans:
+        _check_plan(plan, m, n, k, by_rule=False)
+        assert plan.split_k == 1 or hip_plans.grid_blocks(m, n, hip.variant_of(plan)) * plan.split_k <= \
+            2 * hip_plans.COMPUTE_UNITS or plan.split_k == hip_plans.choose_split(m, n, k, hip.variant_of(plan))
 
 
-def test_static_model_counts():
+def test_specialized_builds_get_their_constants_generic_ones_none():
+    plan = hip.candidates(16, 2112, 7168)[0]
+    options = dict(o.split("=") for o in hip.compile_options(16, 2112, 7168, plan))
+    assert options["-DMXFP4_M"] == "16" and options["-DMXFP4_N"] == "2112" and options["-DMXFP4_K"] == "7168"
+    assert options["-DMXFP4_SPLIT_K"] == str(plan.split_k) and options["-DMXFP4_B_SHUFFLED"] == "true"
+    assert hip.compile_options(16, 2112, 7168, plan._replace(specialized=False)) == ()
+    assert hip.kernel_name(plan) == "mxfp4_gemm_specialized"
+
+
+def test_specialized_plans_run_through_the_backend(fake_gpu):
+    """Every candidate of a split-K shape: its own build, its constants, the right answer; without
+    B_shuffle the generic B_q fallback."""
+    m, n, k = 16, 2112, 7168
+    data = make_inputs(m, n, k, seed=8)
+    ref = reference_output(data)
+    for plan in hip.candidates(m, n, k):
+        runner = hip.make_runner(m, n, k, torch.device("cpu"), plan)
+        assert runner.plan == plan
+        assert_harness_close(runner(data[0], data[2], data[3], data[4]), ref)
+        launch = fake_gpu.module.launches[-1]
+        assert launch["variant"] == hip.variant_of(plan) and launch["split_k"] == plan.split_k
+        assert_harness_close(runner(data[0], data[2], None, data[4]), ref)
+        assert not fake_gpu.module.launches[-1]["variant"].b_shuffled
+
+
+def test_prepare_compiles_each_plan(fake_gpu, monkeypatch):
+    compiled = []
+    monkeypatch.setattr(runtime, "load_module", lambda source, device, options=(): compiled.append(options))
+    plans = hip.candidates(4, 2880, 512)
+    hip.prepare(4, 2880, 512, torch.device("cpu"), plans)
+    assert compiled == [hip.compile_options(4, 2880, 512, p) for p in plans]
+
+
+def test_grid_mfma_counts():
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import gfx950_build
     v = hip.kernel_variants()["mxfp4_gemm_m16n64w4"]
     # 45 tiles x 4 N subtiles x (2 chunks x 2 steps of 128 K)
-    assert tune_hip.mfma_count(4, 2880, 512, v) == 45 * 4 * 4
+    assert gfx950_build.grid_mfma(4, 2880, 512, v) == 45 * 4 * 4
     # K % 256 == 64: the tail chunk has one 16x16x128 step (its second half empty)
-    assert tune_hip.mfma_count(16, 64, 320, v) == 1 * 4 * 3
-    assert tune_hip.hbm_bytes(4, 2880, 512, 1) == 2880 * 256 + 2880 * 16 + 4 * 512 * 2 + 4 * 2880 * 2
+    assert gfx950_build.grid_mfma(16, 64, 320, v) == 1 * 4 * 3
 
 
 def test_no_forbidden_word_in_my_sources():

@@ -1,9 +1,11 @@
-"""The gfx950 HIP GEMM kernels, run on NVIDIA through arch_nvidia.h (wave64 and the scaled MFMA
-emulated), from the very same source that hiprtc compiles for MI355X.
+"""The gfx950 HIP GEMM kernels, run on NVIDIA through arch_nvidia.h (wave64, the scaled MFMA and the
+fp4 convert emulated), from the very same source that hiprtc compiles for MI355X.
 
-GPU only (@pytest.mark.gpu): every variant x split-K on the task shapes and odd shapes against the
-spec's reference GEMM with the harness tolerance, poisoned scale padding, self-resetting tile
-counters, and the in-kernel A quantization bit-exact against the golden vectors.
+GPU only (@pytest.mark.gpu): every generic variant x split-K on the task shapes and odd shapes against
+the spec's reference GEMM with the harness tolerance, poisoned scale padding, self-resetting tile
+counters; every HIP candidate (specialized builds included) through the backend's runner on odd shapes
+with poisoned padding, and the leading candidates on the task shapes; the emulated convert against
+SPEC section 3 on every bf16 pattern; the in-kernel A quantization bit-exact against the golden vectors.
 """
 
 import re
@@ -13,6 +15,7 @@ import pytest
 import torch
 
 from mxfp4_mm import spec
+from mxfp4_mm.backends import hip
 from mxfp4_mm.kernels import read_source
 from conftest import assert_harness_close, make_inputs, reference_output
 
@@ -91,10 +94,15 @@ def test_variant_matches_reference(launchers, cases, variant, split_k):
             raise AssertionError(f"{variant[0]} split_k={split_k} shape={shape}: {err}") from None
 
 
-def poison_scale_padding(b_scale_sh, n, k):
-    """The same shuffled scales with every padding byte set to 255 (e8m0 NaN), as aiter may leave it."""
+def poison_scale_padding(b_scale_sh, n, k, random_bytes=False):
+    """The same shuffled scales with every padding byte set to 255 (e8m0 NaN) or to random bytes, as
+    aiter may leave it: reading a padding byte into a real column would show."""
     real = spec.e8m0_shuffle(torch.ones((n, k // 32), dtype=torch.uint8, device=b_scale_sh.device))
-    return torch.where(real.bool(), b_scale_sh, torch.full_like(b_scale_sh, 255))
+    fill = torch.full_like(b_scale_sh, 255)
+    if random_bytes:
+        fill = torch.randint(0, 256, b_scale_sh.shape, dtype=torch.uint8, device=b_scale_sh.device,
+                             generator=torch.Generator(b_scale_sh.device).manual_seed(n + k))
+    return torch.where(real.bool(), b_scale_sh, fill)
 
 
 @pytest.mark.parametrize("variant", variants(), ids=lambda v: v[0])
@@ -105,6 +113,8 @@ def test_scale_padding_is_never_used(launchers, variant):
         ref = reference_output((a, b, b_q, b_shuffle, b_scale_sh))
         for split_k in SPLITS:
             assert_harness_close(run_gemm(launchers[variant[0]], variant, data, split_k), ref)
+        data = (a, b, b_q, b_shuffle, poison_scale_padding(b_scale_sh, shape[1], shape[2], random_bytes=True))
+        assert_harness_close(run_gemm(launchers[variant[0]], variant, data, 2), ref)
 
 
 def test_counters_reset_across_repeated_calls(launchers):
@@ -118,15 +128,99 @@ def test_counters_reset_across_repeated_calls(launchers):
     assert int(counters.abs().sum()) == 0
 
 
-def test_in_kernel_quantization_matches_golden(module):
+def quantize_in_kernel(module, x):
     launch = module.function("mxfp4_quantize_a").launcher("pppii")
+    m, k = x.shape
+    codes = torch.empty((m, k // 2), dtype=torch.uint8, device="cuda")
+    scales = torch.empty((m, k // 32), dtype=torch.uint8, device="cuda")
+    launch((-(-m * (k // 32) // 256), 1, 1), (256, 1, 1), 0, x, codes, scales, m, k)
+    return codes.cpu().reshape(m, k // 32, 16), scales.cpu()
+
+
+def test_in_kernel_quantization_matches_golden(module):
+    """Non-extreme blocks: what the hardware must match bit for bit (the converts' contract)."""
     for case in torch.load(GOLDEN)["cases"]:
-        x = case["x"].cuda()
-        m, k = x.shape
-        codes = torch.empty((m, k // 2), dtype=torch.uint8, device="cuda")
-        scales = torch.empty((m, k // 32), dtype=torch.uint8, device="cuda")
-        launch((-(-m * (k // 32) // 256), 1, 1), (256, 1, 1), 0, x, codes, scales, m, k)
+        codes, scales = quantize_in_kernel(module, case["x"].cuda())
+        m, k = case["x"].shape
         ok = ~case["extreme_block"]
-        assert torch.equal(scales.cpu()[ok], case["scale"][ok]), case["kind"]
-        blocks = codes.cpu().reshape(m, k // 32, 16)
-        assert torch.equal(blocks[ok], case["fp4"].reshape(m, k // 32, 16)[ok]), case["kind"]
+        assert torch.equal(scales[ok], case["scale"][ok]), case["kind"]
+        assert torch.equal(codes[ok], case["fp4"].reshape(m, k // 32, 16)[ok]), case["kind"]
+
+
+def test_emulated_quantization_matches_golden_on_extreme_blocks_too(module):
+    """The emulation follows SPEC section 3 exactly (IEEE, no flush), so it also matches the golden
+    vectors' exact results on extreme blocks, where the hardware may differ."""
+    for case in torch.load(GOLDEN)["cases"]:
+        codes, scales = quantize_in_kernel(module, case["x"].cuda())
+        m, k = case["x"].shape
+        assert torch.equal(scales, case["scale"]), case["kind"]
+        assert torch.equal(codes, case["fp4"].reshape(m, k // 32, 16)), case["kind"]
+
+
+CONVERT_EXPONENTS = (-127, -126, -125, -100, -3, -1, 0, 1, 4, 100, 125, 126, 127)
+
+
+def expected_convert(pairs, exponents, old):
+    """SPEC section 3: codes of bf16 * (1 / 2^e), RNE onto e2m1, saturating; byte i % 4 of old."""
+    inv = spec._pow2_from_exponent(-exponents)
+    codes = []
+    for half in (pairs & 0xFFFF, pairs >> 16):
+        x = (half << 16).to(torch.int32).view(torch.float32)
+        codes.append(spec.encode_e2m1(x * inv).to(torch.int64) | ((half >> 12) & 8))
+    byte = codes[0] | codes[1] << 4
+    shift = 8 * (torch.arange(pairs.numel()) % 4)
+    return (old & ~(255 << shift)) | byte << shift
+
+
+def test_emulated_convert_follows_the_spec_on_every_bf16_pattern(module):
+    launch = module.function("mxfp4_convert_pairs").launcher("ppppi")
+    g = torch.Generator().manual_seed(5)
+    patterns = torch.arange(65536, dtype=torch.int64)
+    finite = (patterns & 0x7FFF) <= 0x7F80  # NaN patterns excluded: the instruction leaves them open
+    low = patterns[finite]
+    for e in CONVERT_EXPONENTS:
+        high = low[torch.randperm(low.numel(), generator=g)]
+        pairs = low | high << 16
+        exponents = torch.full_like(pairs, e)
+        old = torch.randint(0, 2 ** 32, pairs.shape, generator=g, dtype=torch.int64)
+        scale = spec._pow2_from_exponent(exponents)
+        out = torch.empty(pairs.numel(), dtype=torch.int32, device="cuda")
+        launch((-(-pairs.numel() // 256), 1, 1), (256, 1, 1), 0, pairs.to(torch.int32).cuda(),
+               scale.cuda(), old.to(torch.int32).cuda(), out, pairs.numel())
+        got = out.cpu().to(torch.int64) & 0xFFFFFFFF
+        assert torch.equal(got, expected_convert(pairs, exponents, old)), f"scale 2^{e}"
+
+
+# ---- every candidate of the backend, through its runner ---------------------------------------------
+
+# Odd shapes: M from 1, N % 32 == 16, K % 256 in {64, 192, 0} and K % 128 == 64; all candidates, padding
+# poisoned. Task shapes: the first two candidates (each candidate is one more NVRTC compile).
+CANDIDATE_ODD_SHAPES = [(1, 16, 64), (3, 48, 192), (17, 80, 576), (33, 144, 320), (65, 48, 1344)]
+LEADING_CANDIDATES = 2
+
+
+def candidate_cases():
+    cases = [(shape, plan) for shape in CANDIDATE_ODD_SHAPES for plan in hip.candidates(*shape)]
+    cases += [(shape, plan) for shape in TEST_SHAPES + BENCHMARK_SHAPES
+              for plan in hip.candidates(*shape)[:LEADING_CANDIDATES]]
+    return cases
+
+
+@pytest.mark.parametrize("shape,plan", candidate_cases(),
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) and isinstance(v[0], int)
+                         else hip.plan_label(v))
+def test_candidate_through_the_backend_matches_reference(shape, plan):
+    from mxfp4_mm import runtime
+    device = torch.device("cuda")
+    if not runtime.is_available(device):
+        pytest.skip("no NVRTC / driver")
+    runner = hip.make_emulated_runner(*shape, device, plan)
+    assert runner.plan == plan
+    for seed in range(2):  # twice on one runner: the split-K counters must have reset
+        a, b, b_q, b_shuffle, b_scale_sh = make_inputs(*shape, seed=300 + seed, device="cuda")
+        ref = reference_output((a, b, b_q, b_shuffle, b_scale_sh))
+        poisoned = poison_scale_padding(b_scale_sh, shape[1], shape[2], random_bytes=seed == 1)
+        try:
+            assert_harness_close(runner(a, b_q, b_shuffle, poisoned), ref)
+        except AssertionError as err:
+            raise AssertionError(f"{hip.plan_label(plan)} shape={shape} seed={seed}: {err}") from None

@@ -1,7 +1,10 @@
 """HIP backend: the gfx950 scaled-MFMA kernels of kernels/mxfp4_gemm.hip, compiled by hiprtc at
 first use, one launch per call (A quantized in the kernel, split-K reduced in the same launch).
 
-The plan (variant, split-K) comes from tables/hip_plans.py. Split-K scratch (fp32 partials and
+The plan (variant, split-K, specialized) comes from tables/hip_plans.py: a generic plan runs one
+of the variants of the one module that holds them all; a specialized plan runs a build for its shape
+and split (hiprtc -D options: M, N, K, split-K and the tile as compile-time constants). `candidates`
+lists the plans the tuner may time, `prepare` compiles them. Split-K scratch (fp32 partials and
 per-tile counters) comes from `scratch.split_k_workspace`: one per (device, current queue, shape,
 plan), so two queues never share a mutable buffer.
 
@@ -41,11 +44,29 @@ def kernel_variants() -> dict:
     return _variants
 
 
+def tile_configs() -> dict:
+    """{name: Variant} of the tiles offered as shape-specialized builds: every B_shuffle variant of
+    the source, and each with 2 waves instead of 4 (more blocks per CU, shorter reduction)."""
+    tiles = {}
+    for v in kernel_variants().values():
+        if v.b_shuffled:
+            tiles[v.name] = v
+            if v.waves == 4:
+                two = v._replace(name=v.name.replace("w4", "w2"), waves=2)
+                tiles[two.name] = two
+    return tiles
+
+
+def variant_of(plan: hip_plans.Plan) -> Variant:
+    return (tile_configs() if plan.specialized else kernel_variants())[plan.variant]
+
+
 def is_available(device: torch.device) -> bool:
     return bool(torch.version.hip) and dispatch.device_kind(device) == "gfx950" and runtime.is_available(device)
 
 
 def plan_for(m: int, n: int, k: int) -> hip_plans.Plan:
+    """The table's (generic) plan, else the general rule's."""
     listed = hip_plans.PLANS.get((m, n, k))
     if listed is not None:
         return listed
@@ -53,10 +74,46 @@ def plan_for(m: int, n: int, k: int) -> hip_plans.Plan:
     return hip_plans.general_plan(m, n, k, shuffled)
 
 
+def candidates(m: int, n: int, k: int, device=None) -> list:
+    """Every plan offered for the shape, by static prior: specialized builds first (the table plan's
+    tile and split leading), the generic table plan last. No compilation."""
+    return hip_plans.candidate_plans(m, n, k, tile_configs().values(), plan_for(m, n, k))
+
+
+def plan_label(plan: hip_plans.Plan) -> str:
+    """e.g. "m16n64w4.sk7.c" (.c: M, N, K and split-K compiled in)."""
+    label = f"{plan.variant.replace('mxfp4_gemm_', '')}.sk{plan.split_k}"
+    return label + ".c" if plan.specialized else label
+
+
+def compile_options(m: int, n: int, k: int, plan: hip_plans.Plan) -> tuple:
+    """The -D options of a plan's build: none for a generic plan (one module holds every variant)."""
+    if not plan.specialized:
+        return ()
+    v = variant_of(plan)
+    defines = dict(SPECIALIZED=1, M=m, N=n, K=k, SPLIT_K=plan.split_k, MFMA=v.mfma, SUB_M=v.tile_m // v.mfma,
+                   SUB_N=v.tile_n // v.mfma, WAVES=v.waves, B_SHUFFLED="true" if v.b_shuffled else "false")
+    return tuple(f"-DMXFP4_{key}={value}" for key, value in defines.items())
+
+
+def kernel_name(plan: hip_plans.Plan) -> str:
+    return "mxfp4_gemm_specialized" if plan.specialized else plan.variant
+
+
+def _module(m, n, k, device, plan):
+    return runtime.load_module(read_source(SOURCE), device, compile_options(m, n, k, plan))
+
+
+def prepare(m: int, n: int, k: int, device: torch.device, plans) -> None:
+    """Compile these plans' builds (disk-cached by the runtime; safe from a worker thread)."""
+    for plan in plans:
+        _module(m, n, k, device, plan)
+
+
 def fallback_plan(m: int, n: int, k: int, plan: hip_plans.Plan) -> hip_plans.Plan:
     """Plan for calls without B_shuffle: the plan itself if its variant reads B_q, else the rule
-    over the B_q variants."""
-    if not kernel_variants()[plan.variant].b_shuffled:
+    over the generic B_q variants."""
+    if not variant_of(plan).b_shuffled:
         return plan
     row_major = [v for v in kernel_variants().values() if not v.b_shuffled]
     return hip_plans.general_plan(m, n, k, row_major)
@@ -71,25 +128,29 @@ def scratch_for(device, m: int, n: int, variant: Variant, split_k: int):
 
 
 class _Launch:
-    """One variant + split-K, bound to a compiled module: grid, block and launcher."""
+    """One plan bound to its compiled module: grid, block and launcher."""
 
-    def __init__(self, module, m, n, k, plan):
-        self.variant = kernel_variants()[plan.variant]
+    def __init__(self, m, n, k, device, plan):
+        self.variant = variant_of(plan)
         self.split_k = plan.split_k
         self.grid = (-(-n // self.variant.tile_n), -(-m // self.variant.tile_m), plan.split_k)
         self.block = (64 * self.variant.waves, 1, 1)
-        self.launch = module.function(plan.variant).launcher(ARG_TYPES)
+        self.launch = _module(m, n, k, device, plan).function(kernel_name(plan)).launcher(ARG_TYPES)
 
 
 def _build_runner(m, n, k, device, plan, fallback):
-    module = runtime.load_module(read_source(SOURCE), device)
-    main, without_shuffle = _Launch(module, m, n, k, plan), _Launch(module, m, n, k, fallback)
+    main = _Launch(m, n, k, device, plan)
+    without_shuffle = []  # built at the first call without B_shuffle (another module to compile)
     cols = scale_cols(k)
     # The current queue's scratch now, so the first call launches nothing but the GEMM.
     scratch_for(device, m, n, main.variant, main.split_k)
 
     def run(a, b_q, b_shuffle, b_scale_sh):
-        use = main if b_shuffle is not None or not main.variant.b_shuffled else without_shuffle
+        use = main
+        if b_shuffle is None and main.variant.b_shuffled:
+            if not without_shuffle:
+                without_shuffle.append(_Launch(m, n, k, device, fallback))
+            use = without_shuffle[0]
         b = b_shuffle if use.variant.b_shuffled else b_q
         partials, counters = scratch_for(device, m, n, use.variant, use.split_k)
         c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
@@ -101,8 +162,8 @@ def _build_runner(m, n, k, device, plan, fallback):
 
 
 def make_runner(m: int, n: int, k: int, device: torch.device, plan: hip_plans.Plan = None):
-    """The runner for this shape; `plan` overrides the table (the tuner sweeps with it)."""
-    plan = plan or plan_for(m, n, k)
+    """The runner for this shape; plan=None: the first candidate (the table plan, specialized)."""
+    plan = plan or candidates(m, n, k, device)[0]
     return _build_runner(m, n, k, device, plan, fallback_plan(m, n, k, plan))
 
 
@@ -111,5 +172,5 @@ def make_emulated_runner(m: int, n: int, k: int, device: torch.device, plan: hip
     plans, same scratch handling. For verification; it is slow."""
     if torch.version.hip or dispatch.device_kind(device) != "nvidia":
         raise RuntimeError(f"the emulated HIP runner needs an NVIDIA device, got {device}")
-    plan = plan or plan_for(m, n, k)
+    plan = plan or candidates(m, n, k, device)[0]
     return _build_runner(m, n, k, device, plan, fallback_plan(m, n, k, plan))

@@ -6,6 +6,8 @@ typedef u32 u32x4 __attribute__((ext_vector_type(4)));  // 16 bytes: 32 fp4 code
 typedef float f32x4 __attribute__((ext_vector_type(4)));
 typedef float f32x16 __attribute__((ext_vector_type(16)));
 typedef int i32x8_ __attribute__((ext_vector_type(8)));
+typedef __bf16 bf16x2_ __attribute__((ext_vector_type(2)));
+typedef u16 u16x2_ __attribute__((ext_vector_type(2)));
 
 __device__ __forceinline__ int arch_thread_id() { return __builtin_amdgcn_workitem_id_x(); }
 __device__ __forceinline__ int arch_lane_id() { return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u)); }
@@ -22,6 +24,19 @@ __device__ __forceinline__ void arch_block_barrier() {
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
   __builtin_amdgcn_s_barrier();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+}
+
+// Per 16-bit half, the unsigned max (v_pk_max_u16).
+__device__ __forceinline__ u32 arch_max_u16x2(u32 a, u32 b) {
+  return __builtin_bit_cast(u32, __builtin_elementwise_max(__builtin_bit_cast(u16x2_, a), __builtin_bit_cast(u16x2_, b)));
+}
+
+// v_cvt_scalef32_pk_fp4_bf16: the bf16 pair (low half, high half) divided by `scale` (a power of two;
+// the instruction uses its exponent), rounded to nearest even onto e2m1 and saturated at +-6, as two
+// codes (low nibble from the low bf16) written into byte SEL of `old`.
+template <int SEL>
+__device__ __forceinline__ u32 arch_cvt_scalef32_pk_fp4_bf16(u32 old, u32 bf16_pair, float scale) {
+  return __builtin_amdgcn_cvt_scalef32_pk_fp4_bf16(old, __builtin_bit_cast(bf16x2_, bf16_pair), scale, SEL);
 }
 
 // Keeps the compiler's scheduler from moving instructions across (memory issue order matters).

@@ -32,6 +32,41 @@ __device__ __forceinline__ int arch_block_id_z() { return blockIdx.z; }
 __device__ __forceinline__ float arch_as_float(u32 bits) { return __uint_as_float(bits); }
 __device__ __forceinline__ u32 arch_as_u32(float value) { return __float_as_uint(value); }
 
+__device__ __forceinline__ u32 arch_max_u16x2(u32 a, u32 b) { return __vmaxu2(a, b); }
+
+// ---- v_cvt_scalef32_pk_fp4_bf16 as SPEC section 3 states it ------------------------------------
+
+// 1 / scale, exact for a power of two (normal or the denormal 2^-127) from the bits; the reciprocal
+// of 2^-127 is 2^127, of 2^127 the denormal 2^-127. Any other scale: the IEEE reciprocal.
+__device__ __forceinline__ float exact_reciprocal(float scale) {
+  const u32 bits = __float_as_uint(scale);
+  const u32 field = (bits >> 23) & 255;
+  if (bits == 0x00400000u) return __uint_as_float(254u << 23);
+  if (field == 254 && (bits & 0x7FFFFFu) == 0) return __uint_as_float(0x00400000u);
+  if (field >= 1 && field < 254 && (bits & 0x7FFFFFu) == 0) return __uint_as_float((254u - field) << 23);
+  return 1.0f / scale;
+}
+
+// e2m1 code (sign in bit 3) of the bf16 `bits` times `inv`, rounded to nearest even, saturated at 6.
+// |q| < 1: q + 1 is exact (q has at most 8 significant bits), so rounding 1 + q to one mantissa bit
+// rounds q to the 0.5 grid; |q| >= 1: round q itself to one mantissa bit. Both via "+ (half - 1) + lsb"
+// on the fp32 pattern; code 7 saturates (|q| >= 5 -> 6).
+__device__ __forceinline__ u32 e2m1_code(u32 bits, float inv) {
+  const float q = __uint_as_float((bits & 0x7FFFu) << 16) * inv;
+  const bool below_one = q < 1.0f;
+  u32 u = __float_as_uint(below_one ? q + 1.0f : q);
+  u += 0x1FFFFFu + ((u >> 22) & 1u);
+  const int code = (int)(u >> 22) - (below_one ? 254 : 252);
+  return (u32)(code < 7 ? code : 7) | ((bits >> 12) & 8u);
+}
+
+template <int SEL>
+__device__ __forceinline__ u32 arch_cvt_scalef32_pk_fp4_bf16(u32 old, u32 bf16_pair, float scale) {
+  const float inv = exact_reciprocal(scale);
+  const u32 pair = e2m1_code(bf16_pair & 0xFFFFu, inv) | e2m1_code(bf16_pair >> 16, inv) << 4;
+  return (old & ~(255u << (8 * SEL))) | pair << (8 * SEL);
+}
+
 __device__ __forceinline__ void arch_block_barrier() { __syncthreads(); }
 __device__ __forceinline__ void arch_schedule_barrier() {}
 __device__ __forceinline__ void arch_fence_release_device() { __threadfence(); }
@@ -86,10 +121,9 @@ __device__ __forceinline__ void publish_operands(u32x4 a, u32x4 b, u32 scale_a, 
   wave_barrier();
 }
 
-// Block sums accumulate onto c in fp32 in K order, as the hardware's fp32 accumulation.
-template <int SEL_A, int SEL_B>
-__device__ __forceinline__ f32x4 arch_mfma_scale_16x16x128_fp4(u32x4 a, u32x4 b, f32x4 c, u32 scale_a, u32 scale_b) {
-  publish_operands(a, b, scale_a, SEL_A, scale_b, SEL_B);
+// Block sums accumulate onto c in fp32 in K order, as the hardware's fp32 accumulation. Not inlined:
+// one copy per kernel instead of one per MFMA call site keeps NVRTC's compile time short.
+__device__ __noinline__ f32x4 mfma_16x16x128_from_scratch(f32x4 c) {
   const WaveScratch& s = wave_scratch();
   const int lane = arch_lane_id();
   for (int i = 0; i < 4; ++i) {
@@ -99,9 +133,7 @@ __device__ __forceinline__ f32x4 arch_mfma_scale_16x16x128_fp4(u32x4 a, u32x4 b,
   return c;
 }
 
-template <int SEL_A, int SEL_B>
-__device__ __forceinline__ f32x16 arch_mfma_scale_32x32x64_fp4(u32x4 a, u32x4 b, f32x16 c, u32 scale_a, u32 scale_b) {
-  publish_operands(a, b, scale_a, SEL_A, scale_b, SEL_B);
+__device__ __noinline__ f32x16 mfma_32x32x64_from_scratch(f32x16 c) {
   const WaveScratch& s = wave_scratch();
   const int lane = arch_lane_id();
   for (int j = 0; j < 16; ++j) {
@@ -109,4 +141,16 @@ __device__ __forceinline__ f32x16 arch_mfma_scale_32x32x64_fp4(u32x4 a, u32x4 b,
     for (int slice = 0; slice < 2; ++slice) c[j] += scaled_block_dot(s, row + 32 * slice, col + 32 * slice);
   }
   return c;
+}
+
+template <int SEL_A, int SEL_B>
+__device__ __forceinline__ f32x4 arch_mfma_scale_16x16x128_fp4(u32x4 a, u32x4 b, f32x4 c, u32 scale_a, u32 scale_b) {
+  publish_operands(a, b, scale_a, SEL_A, scale_b, SEL_B);
+  return mfma_16x16x128_from_scratch(c);
+}
+
+template <int SEL_A, int SEL_B>
+__device__ __forceinline__ f32x16 arch_mfma_scale_32x32x64_fp4(u32x4 a, u32x4 b, f32x16 c, u32 scale_a, u32 scale_b) {
+  publish_operands(a, b, scale_a, SEL_A, scale_b, SEL_B);
+  return mfma_32x32x64_from_scratch(c);
 }

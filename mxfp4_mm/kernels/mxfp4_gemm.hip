@@ -1,6 +1,7 @@
 // a4w4 MXFP4 GEMM for gfx950: C[M, N] (bf16) = dequant(quant(A)) @ dequant(B)^T, fp32 accumulation.
-// A (bf16) is quantized inside the kernel, bit-exact to aiter's dynamic_mxfp4_quant (SPEC section 2),
-// and fed to the scaled MFMA with its e8m0 scales; B comes pre-quantized with shuffled scales.
+// A (bf16) is quantized inside the kernel with the hardware fp4 convert (v_cvt_scalef32_pk_fp4_bf16,
+// which gives SPEC section 2's codes for a scale 2^e), and fed to the scaled MFMA with its e8m0 scales;
+// B comes pre-quantized with shuffled scales.
 //
 // Work split: grid (tiles_n, tiles_m, split_k), WAVES waves per block. All waves of a block compute the
 // same BLOCK_M x BLOCK_N tile, each over its own 256-K chunks (no A re-quantization inside a block and
@@ -40,59 +41,57 @@ __device__ __forceinline__ int min_int(int a, int b) { return a < b ? a : b; }
 
 // ---- A quantization (SPEC section 2), one lane = one 32-element block ------------------------
 
-// Unbiased scale exponent from the largest |x| bf16 bit pattern: round the fp32 pattern up
-// (+0x200000, carry into the exponent at 0.75), e = floor(log2) - 2 clamped to [-127, 127];
-// inf/NaN (and anything rounding past the top binade) give 127.
-__device__ __forceinline__ int scale_exponent(u32 amax_bf16_bits) {
-  const u32 amax = (amax_bf16_bits < 0x7F80u ? amax_bf16_bits : 0x7F80u) << 16;
-  const int field = (int)(((amax + 0x200000u) & 0x7F800000u) >> 23);
-  if (field == 255) return 127;
-  const int e = field - 129;
-  return e < -127 ? -127 : e;
+// e8m0 scale byte (e + 127, SPEC section 2) from the largest |x| bf16 bit pattern: round the fp32
+// pattern up (+0x200000, carry into the exponent at 0.75); e = floor(log2) - 2 = field - 129, clamped
+// at -127; a field of 255 (inf/NaN, or rounded past the top binade) gives e = 127, byte 254.
+__device__ __forceinline__ u32 scale_byte(u32 amax_bf16_bits) {
+  const u32 amax = amax_bf16_bits < 0x7F80u ? amax_bf16_bits : 0x7F80u;
+  const u32 field = ((amax << 16) + 0x200000u) >> 23;
+  const u32 byte = field > 2 ? field - 2 : 0u;
+  return byte == 253 ? 254u : byte;  // 253 only comes from field 255
 }
 
-// 2^-e as fp32 bits; e = 127 needs the denormal 2^-127.
-__device__ __forceinline__ float inverse_scale(int e) {
-  return arch_as_float(e == 127 ? 0x00400000u : (u32)(127 - e) << 23);
+// The convert's scale 2^(byte - 127) as fp32 bits; byte 0 is the denormal 2^-127 (its exponent field,
+// 0, read as e8m0 is 2^-127 too). An all-zero block gets 2^-126 instead: its codes are 0 under any
+// reading of the scale, where a field-0 scale taken as zero would make 0/0.
+__device__ __forceinline__ float conversion_scale(u32 byte, u32 amax_bf16_bits) {
+  const u32 low = amax_bf16_bits ? 0x00400000u : 0x00800000u;
+  return arch_as_float(byte ? byte << 23 : low);
 }
 
-// e2m1 code (sign in bit 3) of one bf16 scaled by the exact power of two inv.
-// |q| < 1: q + 1 is exact (q has at most 8 significant bits), so rounding 1 + q to one mantissa bit
-// rounds q to the 0.5 grid; |q| >= 1: round q itself to one mantissa bit. Both are round-to-nearest-even
-// via "+ (half - 1) + lsb" on the fp32 pattern; 7 saturates (|q| >= 5 -> 6).
-__device__ __forceinline__ u32 encode_e2m1(u32 bf16_bits, float inv) {
-  const float q = arch_as_float((bf16_bits & 0x7FFFu) << 16) * inv;
-  const bool below_one = q < 1.0f;
-  u32 u = arch_as_u32(below_one ? q + 1.0f : q);
-  u += 0x1FFFFFu + ((u >> 22) & 1u);
-  const int code = (int)(u >> 22) - (below_one ? 254 : 252);
-  return (u32)min_int(code, 7) | ((bf16_bits >> 12) & 8u);
+// Largest |x| bf16 pattern of 2 * WORDS bf16 (x[i] holds two): per-half unsigned max of the patterns
+// without their sign bits (NaN patterns sort above inf; scale_byte clamps them to inf).
+template <int WORDS>
+__device__ __forceinline__ u32 amax_bits(const u32* x) {
+  u32 m = x[0] & 0x7FFF7FFFu;
+#pragma unroll
+  for (int i = 1; i < WORDS; ++i) m = arch_max_u16x2(m, x[i] & 0x7FFF7FFFu);
+  return m;
+}
+
+__device__ __forceinline__ u32 max_of_halves(u32 m) {
+  const u32 low = m & 0xFFFFu, high = m >> 16;
+  return low > high ? low : high;
+}
+
+// 8 bf16 (4 dwords, element 2j in the low half of x[j]) -> one dword of 8 codes, element t at bits 4t.
+// The converts overwrite all 4 bytes, so x[0] serves as the initial value (no register to zero).
+__device__ __forceinline__ u32 convert_word(const u32* x, float scale) {
+  u32 word = arch_cvt_scalef32_pk_fp4_bf16<0>(x[0], x[0], scale);
+  word = arch_cvt_scalef32_pk_fp4_bf16<1>(word, x[1], scale);
+  word = arch_cvt_scalef32_pk_fp4_bf16<2>(word, x[2], scale);
+  return arch_cvt_scalef32_pk_fp4_bf16<3>(word, x[3], scale);
 }
 
 // 32 bf16 (x[i] holds elements 2i, 2i+1) -> 32 codes (element t at bits 4*(t%8) of dword t/8) and the
-// scale byte.
+// scale byte: 31 VALU for the max, a few for the scale, 16 hardware converts.
 __device__ __forceinline__ u32 quantize_block(const u32 (&x)[16], u32x4& codes) {
-  u32 low_max = 0, high_max = 0;
+  const u32 amax = max_of_halves(amax_bits<16>(x));
+  const u32 byte = scale_byte(amax);
+  const float scale = conversion_scale(byte, amax);
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const u32 low = x[i] & 0x7FFFu, high = x[i] & 0x7FFF0000u;
-    low_max = low > low_max ? low : low_max;
-    high_max = high > high_max ? high : high_max;
-  }
-  high_max >>= 16;
-  const int e = scale_exponent(low_max > high_max ? low_max : high_max);
-  const float inv = inverse_scale(e);
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    u32 packed = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const u32 pair = x[4 * w + j];
-      packed |= (encode_e2m1(pair & 0xFFFFu, inv) | encode_e2m1(pair >> 16, inv) << 4) << (8 * j);
-    }
-    codes[w] = packed;
-  }
-  return (u32)(e + 127);
+  for (int w = 0; w < 4; ++w) codes[w] = convert_word(x + 4 * w, scale);
+  return byte;
 }
 
 // ---- the kernel --------------------------------------------------------------------------------
@@ -187,10 +186,12 @@ struct BChunk {
   u32 scales[SUB_N][Shape<MFMA>::SCALE_WORDS];
 };
 
-// Scale dwords are read whole only when all 4 bytes are real data. BYTE_SCALES (a tile at the N edge
-// with N % 32 == 16, or the K tail chunk) reads only this row's bytes, so padding is never read.
-// TAIL: the last, partial chunk (chunk_slices < 8): slices past K read nothing and get zero codes.
-template <int MFMA, int SUB_M, int SUB_N, bool B_SHUFFLED, bool BYTE_SCALES, bool TAIL>
+// Scale dwords are read whole: e8m0_shuffle's padding (rows up to a multiple of 256, columns up to
+// a multiple of 8) is part of B_scale_sh, and a lane's MFMA selects only its own row's bytes, so a
+// padding byte read beside real ones is never used (rows clamped at N only feed unwritten columns).
+// TAIL: the last, partial chunk (chunk_slices < 8): slices past K read no codes and get zero codes,
+// and their scale bytes become 127, since 0 times a padding byte of 255 (NaN) would still be NaN.
+template <int MFMA, int SUB_M, int SUB_N, bool B_SHUFFLED, bool TAIL>
 __device__ __forceinline__ void load_b_chunk(const Problem& p, const LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED>& at,
                                              int chunk, int chunk_slices, BChunk<MFMA, SUB_N>& out) {
   typedef Shape<MFMA> S;
@@ -198,7 +199,8 @@ __device__ __forceinline__ void load_b_chunk(const Problem& p, const LaneOffsets
   const int group = arch_lane_id() / S::ROWS;
 #pragma unroll
   for (int sn = 0; sn < SUB_N; ++sn) {
-    const u8* codes = p.B + at.b[sn] + (u32)chunk * L::B_CHUNK;
+    // Wave-uniform chunk base + the lane's loop-invariant offset: scalar base, no per-load VALU.
+    const u8* codes = p.B + (u32)chunk * L::B_CHUNK + at.b[sn];
 #pragma unroll
     for (int u = 0; u < S::STEPS; ++u) {
       out.codes[sn][u] = u32x4{};
@@ -206,15 +208,13 @@ __device__ __forceinline__ void load_b_chunk(const Problem& p, const LaneOffsets
     }
 #pragma unroll
     for (int w = 0; w < S::SCALE_WORDS; ++w) {
-      const u8* word = p.B_scale_sh + at.scale[sn] + (u32)chunk * L::SCALE_CHUNK + w * L::SCALE_WORD;
-      if (!BYTE_SCALES && !TAIL) {
-        out.scales[sn][w] = *(const u32*)word;
-      } else {
-        const int q = w * S::GROUPS + group, half = at.scale_shift[sn] / 8;
-        const u32 low = !TAIL || q < chunk_slices ? word[half] : 127u;
-        const u32 high = !TAIL || q + 4 < chunk_slices ? word[2 + half] : 127u;
-        out.scales[sn][w] = (low | high << 16) << at.scale_shift[sn];
+      u32 word = *(const u32*)(p.B_scale_sh + (u32)chunk * L::SCALE_CHUNK + at.scale[sn] + w * L::SCALE_WORD);
+      if (TAIL) {
+        const int q = w * S::GROUPS + group;  // bytes 0, 1: column q; bytes 2, 3: column q + 4
+        if (q >= chunk_slices) word = (word & 0xFFFF0000u) | 0x7F7Fu;
+        if (q + 4 >= chunk_slices) word = (word & 0xFFFFu) | 0x7F7F0000u;
       }
+      out.scales[sn][w] = word;
     }
   }
 }
@@ -230,7 +230,7 @@ __device__ __forceinline__ void load_a_chunk(const Problem& p, const LaneOffsets
   for (int sm = 0; sm < SUB_M; ++sm)
 #pragma unroll
     for (int u = 0; u < S::STEPS; ++u) {
-      const u32x4* src = (const u32x4*)((const u8*)p.A + at.a[sm] + (u32)chunk * L::A_CHUNK + u * L::A_STEP);
+      const u32x4* src = (const u32x4*)((const u8*)p.A + (u32)chunk * L::A_CHUNK + at.a[sm] + u * L::A_STEP);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         u32x4 v = u32x4{};
@@ -260,18 +260,25 @@ __device__ __forceinline__ void mfma_chunk(const Offsets& at, int chunk_slices, 
     static_for<0, S::STEPS>([&](auto step) {
       constexpr int u = decltype(step)::value;
       if (u * S::GROUPS >= chunk_slices) return;
-#pragma unroll
-      for (int sn = 0; sn < SUB_N; ++sn)
-        acc.tile[sm][sn] = mfma<MFMA, u, S::template SCALE_BYTE<u>>(
-            a_codes[u], b.codes[sn][u], acc.tile[sm][sn], a_scales,
-            b.scales[sn][S::template SCALE_WORD<u>] >> at.scale_shift[sn]);
+      static_for<0, SUB_N>([&](auto subtile) {
+        constexpr int sn = decltype(subtile)::value;
+        const u32 word = b.scales[sn][S::template SCALE_WORD<u>];
+        // 16-row subtiles of a tile that starts on a multiple of 32: the row's byte, (n%32)/16, is sn%2
+        // (rows clamped at N may pick another byte: their columns are never written).
+        if constexpr (MFMA == 16 && SUB_N % 2 == 0)
+          acc.tile[sm][sn] = mfma<MFMA, u, S::template SCALE_BYTE<u> + sn % 2>(a_codes[u], b.codes[sn][u], acc.tile[sm][sn],
+                                                                              a_scales, word);
+        else
+          acc.tile[sm][sn] = mfma<MFMA, u, S::template SCALE_BYTE<u>>(a_codes[u], b.codes[sn][u], acc.tile[sm][sn],
+                                                                     a_scales, word >> at.scale_shift[sn]);
+      });
     });
   }
 }
 
 // One full chunk: load its A, then the B of this wave's next chunk into `next`,
 // then quantize and multiply with `current`, loaded one chunk earlier.
-template <int MFMA, int SUB_M, int SUB_N, int WAVES, bool B_SHUFFLED, bool BYTE_SCALES>
+template <int MFMA, int SUB_M, int SUB_N, int WAVES, bool B_SHUFFLED>
 __device__ __forceinline__ void full_chunk(const Problem& p, const LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED>& at,
                                            int chunk, int end, const BChunk<MFMA, SUB_N>& current,
                                            BChunk<MFMA, SUB_N>& next, Accumulators<MFMA, SUB_M, SUB_N>& acc) {
@@ -282,7 +289,7 @@ __device__ __forceinline__ void full_chunk(const Problem& p, const LaneOffsets<M
   // Unconditional (the last one re-reads this chunk, still in cache): a branch here would make the
   // compiler wait for every load before the MFMAs.
   const int next_chunk = chunk + WAVES < end ? chunk + WAVES : chunk;
-  load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, BYTE_SCALES, false>(p, at, next_chunk, CHUNK_SLICES, next);
+  load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, false>(p, at, next_chunk, CHUNK_SLICES, next);
   arch_schedule_barrier();
   mfma_chunk<MFMA, SUB_M, SUB_N>(at, CHUNK_SLICES, raw, current, acc);
 }
@@ -291,23 +298,23 @@ __device__ __forceinline__ void full_chunk(const Problem& p, const LaneOffsets<M
 // at most 64 dwords per lane), the two B buffers alternate (unrolled by two) so a prefetched chunk is
 // never copied nor waited for before its use. Otherwise (tall tiles) B is loaded right after A and
 // its latency hides behind the A quantization, which is long there.
-template <int MFMA, int SUB_M, int SUB_N, int WAVES, bool B_SHUFFLED, bool BYTE_SCALES>
+template <int MFMA, int SUB_M, int SUB_N, int WAVES, bool B_SHUFFLED>
 __device__ __forceinline__ void full_chunks(const Problem& p, const LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED>& at,
                                             int begin, int end, Accumulators<MFMA, SUB_M, SUB_N>& acc) {
   BChunk<MFMA, SUB_N> even, odd;
   if constexpr (SUB_M * Shape<MFMA>::STEPS * 16 <= 64) {
-    if (begin < end) load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, BYTE_SCALES, false>(p, at, begin, CHUNK_SLICES, even);
+    if (begin < end) load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, false>(p, at, begin, CHUNK_SLICES, even);
     for (int chunk = begin; chunk < end; chunk += 2 * WAVES) {
-      full_chunk<MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED, BYTE_SCALES>(p, at, chunk, end, even, odd, acc);
+      full_chunk<MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED>(p, at, chunk, end, even, odd, acc);
       if (chunk + WAVES >= end) break;
-      full_chunk<MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED, BYTE_SCALES>(p, at, chunk + WAVES, end, odd, even, acc);
+      full_chunk<MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED>(p, at, chunk + WAVES, end, odd, even, acc);
     }
   } else {
     for (int chunk = begin; chunk < end; chunk += WAVES) {
       u32 raw[SUB_M][Shape<MFMA>::STEPS][16];
       load_a_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, false>(p, at, chunk, CHUNK_SLICES, raw);
       arch_schedule_barrier();
-      load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, BYTE_SCALES, false>(p, at, chunk, CHUNK_SLICES, even);
+      load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, false>(p, at, chunk, CHUNK_SLICES, even);
       arch_schedule_barrier();
       mfma_chunk<MFMA, SUB_M, SUB_N>(at, CHUNK_SLICES, raw, even, acc);
     }
@@ -399,16 +406,12 @@ __device__ __forceinline__ void gemm(const Problem& p) {
 
   const LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED> at(p, m0, n0);
   Accumulators<MFMA, SUB_M, SUB_N> acc = {};
-  // Rows n of the last 16 when N % 32 == 16 share their scale dword with padding rows.
-  if (p.N % 32 == 16 && n0 + BLOCK_N > p.N - 16)
-    full_chunks<MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED, true>(p, at, begin + wave, full_end, acc);
-  else
-    full_chunks<MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED, false>(p, at, begin + wave, full_end, acc);
+  full_chunks<MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED>(p, at, begin + wave, full_end, acc);
   if (full_end < end && (full_end - begin) % WAVES == wave) {
     u32 raw[SUB_M][S::STEPS][16];
     BChunk<MFMA, SUB_N> b;
     load_a_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, true>(p, at, full_end, tail_slices, raw);
-    load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, true, true>(p, at, full_end, tail_slices, b);
+    load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, true>(p, at, full_end, tail_slices, b);
     mfma_chunk<MFMA, SUB_M, SUB_N>(at, tail_slices, raw, b, acc);
   }
 
@@ -418,13 +421,30 @@ __device__ __forceinline__ void gemm(const Problem& p) {
 
 }  // namespace mxfp4
 
+// Kernel arguments of every GEMM entry point; M, N, K, scale_cols and split_k are ignored by a
+// shape-specialized build, which has them as compile-time constants.
+#define MXFP4_GEMM_PARAMS                                                                                  \
+  const u16 *A, const u8 *B, const u8 *B_scale_sh, u16 *C, float *partials, u32 *counters, int M, int N, int K, \
+      int scale_cols, int split_k
+
+#if defined(MXFP4_SPECIALIZED)
+// One kernel for one shape and plan (hiprtc -D options): MXFP4_M, MXFP4_N, MXFP4_K, MXFP4_SPLIT_K and the
+// tile MXFP4_MFMA, MXFP4_SUB_M, MXFP4_SUB_N, MXFP4_WAVES, MXFP4_B_SHUFFLED. The constants fold into the
+// kernel: no tail code when K % 256 == 0, no split-K code when MXFP4_SPLIT_K == 1, fixed addressing.
+extern "C" __global__ void __launch_bounds__(64 * MXFP4_WAVES) mxfp4_gemm_specialized(MXFP4_GEMM_PARAMS) {
+  (void)M, (void)N, (void)K, (void)scale_cols, (void)split_k;
+  constexpr int SCALE_COLS = (MXFP4_K / mxfp4::SLICE_K + 7) / 8 * 8;  // e8m0_shuffle pads columns to 8
+  const mxfp4::Problem p = {A, B, B_scale_sh, C, partials, counters, MXFP4_M, MXFP4_N, MXFP4_K, SCALE_COLS,
+                            MXFP4_SPLIT_K};
+  mxfp4::gemm<MXFP4_MFMA, MXFP4_SUB_M, MXFP4_SUB_N, MXFP4_WAVES, MXFP4_B_SHUFFLED>(p);
+}
+#else
 // Variants: name, MFMA (16 | 32), M subtiles, N subtiles, waves, B layout (true: B_shuffle, false: B_q).
 // Tile = (MFMA * M subtiles) x (MFMA * N subtiles). Grid (ceil(N / tile_n), ceil(M / tile_m), split_k),
 // block 64 * waves threads, no dynamic LDS.
 #define MXFP4_GEMM_VARIANT(NAME, MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED)                                      \
   extern "C" __global__ void __launch_bounds__(64 * WAVES)                                                 \
-      NAME(const u16* A, const u8* B, const u8* B_scale_sh, u16* C, float* partials, u32* counters, int M, \
-           int N, int K, int scale_cols, int split_k) {                                                    \
+      NAME(MXFP4_GEMM_PARAMS) {                                                                            \
     const mxfp4::Problem p = {A, B, B_scale_sh, C, partials, counters, M, N, K, scale_cols, split_k};     \
     mxfp4::gemm<MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED>(p);                                                  \
   }
@@ -452,3 +472,18 @@ extern "C" __global__ void __launch_bounds__(256)
   scales[block] = (u8)mxfp4::quantize_block(x, packed);
   *(u32x4*)(codes + (long long)block * 16) = packed;
 }
+
+// Test entry: the arch layer's fp4 convert alone, out[i] = convert of the bf16 pair pairs[i] by
+// scales[i] into byte i % 4 of old[i].
+extern "C" __global__ void __launch_bounds__(256)
+    mxfp4_convert_pairs(const u32* pairs, const float* scales, const u32* old, u32* out, int count) {
+  const int i = arch_block_id_x() * 256 + arch_thread_id();
+  if (i >= count) return;
+  switch (i % 4) {
+    case 0: out[i] = arch_cvt_scalef32_pk_fp4_bf16<0>(old[i], pairs[i], scales[i]); break;
+    case 1: out[i] = arch_cvt_scalef32_pk_fp4_bf16<1>(old[i], pairs[i], scales[i]); break;
+    case 2: out[i] = arch_cvt_scalef32_pk_fp4_bf16<2>(old[i], pairs[i], scales[i]); break;
+    default: out[i] = arch_cvt_scalef32_pk_fp4_bf16<3>(old[i], pairs[i], scales[i]); break;
+  }
+}
+#endif

@@ -7,6 +7,8 @@ Regenerate:
 A variant (see mxfp4_mm/kernels/mxfp4_gemm.hip) fixes the tile (tile_m x tile_n), the MFMA shape
 and the waves per block; its waves take the split's 256-K chunks round-robin. Grid:
 (ceil(N / tile_n), ceil(M / tile_m), split_k). Split s of S covers chunks [s*C/S, (s+1)*C/S).
+A plan with `specialized` runs a build of that tile for one shape and split (M, N, K, split-K as
+compile-time constants); PLANS lists generic plans, `candidate_plans` adds the specialized ones.
 
 Static model per shape, MI355X (256 CUs, ~8 TB/s HBM): `hbm` = bytes that must come from memory
 (B codes + scales, A, C, fp32 partials written and read back when split), `l2` = bytes the blocks
@@ -17,13 +19,14 @@ the kernels are latency-bound: few µs of launch and memory latency against < 1 
 
 import collections
 
-Plan = collections.namedtuple("Plan", "variant split_k")
+Plan = collections.namedtuple("Plan", "variant split_k specialized", defaults=(False,))
 
 CHUNK_K = 256            # K per chunk: one shuffled-scale dword group
 COMPUTE_UNITS = 256      # MI355X
 TARGET_BLOCKS = 192      # a grid this large keeps 3/4 of the CUs loading without split-K
 MAX_SPLIT = 16
 MAX_PARTIAL_SHARE = 0.25  # split-K partial traffic (written + read) at most this share of B's bytes
+MAX_SPECIALIZED = 6      # specialized candidates per shape: each is a compile at first use
 
 # BEGIN PLANS (written by tools/tune_hip.py)
 # static model (tools/tune_hip.py --static); not measured
@@ -111,3 +114,37 @@ def general_plan(m: int, n: int, k: int, variants) -> Plan:
     tile_n, waves)."""
     variant = choose_variant(m, n, k, list(variants))
     return Plan(variant.name, choose_split(m, n, k, variant))
+
+
+def split_choices(m: int, n: int, k: int, variant) -> list:
+    """Split-K values worth timing for a tile: none, the rule's, and (when a wave walks several chunks)
+    the smallest split giving every wave one chunk, if its grid stays within two blocks per CU."""
+    choices = {1, choose_split(m, n, k, variant)}
+    blocks = grid_blocks(m, n, variant)
+    for s in range(2 if chain(k, variant, 1) > 1 else 1, min(chunks_of(k), MAX_SPLIT) + 1):
+        if chain(k, variant, s) == 1:
+            if blocks * s <= 2 * COMPUTE_UNITS:
+                choices.add(s)
+            break
+    return sorted(choices)
+
+
+def prior(m: int, n: int, k: int, variant, split_k: int) -> tuple:
+    """Static ordering key (smaller: more likely fast): rounds of blocks over the CUs, the chunk chain
+    a wave walks, bytes read through L2, then the split."""
+    rounds = -(-grid_blocks(m, n, variant) * split_k // COMPUTE_UNITS)
+    return rounds, chain(k, variant, split_k), cache_read_bytes(m, n, k, variant), split_k
+
+
+def candidate_plans(m: int, n: int, k: int, tiles, table_plan: Plan) -> list:
+    """Specialized builds of the table plan's tile and split first, then the fitting tiles (tile_m no
+    taller than M rounded up to 16) x their split choices by `prior`, MAX_SPECIALIZED in all, then
+    the generic table plan."""
+    rows = -(-m // 16) * 16
+    tiles = list(tiles)
+    fitting = [v for v in tiles if v.tile_m <= rows] or [min(tiles, key=lambda v: v.tile_m)]
+    ranked = sorted(((prior(m, n, k, v, s), Plan(v.name, s, True)) for v in fitting for s in split_choices(m, n, k, v)),
+                    key=lambda entry: entry[0])
+    first = Plan(table_plan.variant, table_plan.split_k, True)
+    specialized = list(dict.fromkeys([first] + [plan for _, plan in ranked]))[:MAX_SPECIALIZED]
+    return specialized + [table_plan._replace(specialized=False)]
