@@ -299,11 +299,11 @@ __device__ __forceinline__ void full_chunk(const Problem& p, const LaneOffsets<M
 constexpr int DOUBLE_BUFFER_REGISTERS = 224;
 
 template <int MFMA, int SUB_M, int SUB_N>
-constexpr bool double_buffered() {
+struct DoubleBuffered {
   typedef Shape<MFMA> S;
-  return 2 * SUB_N * (S::STEPS * 4 + S::SCALE_WORDS) + SUB_M * S::STEPS * 16 + SUB_M * SUB_N * S::ACC <=
-         DOUBLE_BUFFER_REGISTERS;
-}
+  static constexpr bool value =
+      2 * SUB_N * (S::STEPS * 4 + S::SCALE_WORDS) + SUB_M * S::STEPS * 16 + SUB_M * SUB_N * S::ACC <= DOUBLE_BUFFER_REGISTERS;
+};
 
 // This wave's full chunks begin, begin + WAVES, ... < end. With room for a second B buffer, the two B
 // buffers alternate (unrolled by two) so a prefetched chunk is never copied nor waited for before its
@@ -313,7 +313,7 @@ template <int MFMA, int SUB_M, int SUB_N, int WAVES, bool B_SHUFFLED>
 __device__ __forceinline__ void full_chunks(const Problem& p, const LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED>& at,
                                             int begin, int end, Accumulators<MFMA, SUB_M, SUB_N>& acc) {
   BChunk<MFMA, SUB_N> even, odd;
-  if constexpr (double_buffered<MFMA, SUB_M, SUB_N>()) {
+  if constexpr (DoubleBuffered<MFMA, SUB_M, SUB_N>::value) {
     if (begin < end) load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, false>(p, at, begin, CHUNK_SLICES, even);
     for (int chunk = begin; chunk < end; chunk += 2 * WAVES) {
       full_chunk<MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED>(p, at, chunk, end, even, odd, acc);
