@@ -12,6 +12,11 @@ the device (see `mxfp4_mm.dispatch`).
 
 torch.compile treats the op as opaque: the fake implementation gives dynamo/inductor the output's
 shape and dtype without running a kernel; the call itself runs eagerly inside the compiled graph.
+The op has no gradient: backward through it raises.
+
+The op is defined with torch.library.Library rather than the `custom_op` decorator, whose Python
+wrappers cost more per eager call (torch 2.13 CPU, a no-op body: 34 -> 20 us with grad mode on,
+12.5 -> 6 us under torch.inference_mode).
 """
 
 from typing import Optional
@@ -20,7 +25,9 @@ import torch
 
 from . import gemm as _gemm
 
+NAMESPACE = "mxfp4_mm"
 OP_NAME = "mxfp4_mm::gemm"
+SCHEMA = "gemm(Tensor a, Tensor b_q, Tensor b_scale_sh, Tensor? b_shuffle=None) -> Tensor"
 
 
 def _registered():
@@ -31,19 +38,27 @@ def _registered():
         return False
 
 
-def _register():
-    @torch.library.custom_op(OP_NAME, mutates_args=())
-    def gemm_op(a: torch.Tensor, b_q: torch.Tensor, b_scale_sh: torch.Tensor,
-                b_shuffle: Optional[torch.Tensor] = None) -> torch.Tensor:
-        return _gemm(a, b_q, b_scale_sh, b_shuffle)
+def _output_like(a, b_q, b_scale_sh, b_shuffle=None):
+    return a.new_empty((a.shape[0], b_q.shape[0]), dtype=torch.bfloat16)
 
-    @gemm_op.register_fake
-    def _(a, b_q, b_scale_sh, b_shuffle=None):
-        return a.new_empty((a.shape[0], b_q.shape[0]), dtype=torch.bfloat16)
+
+def _no_gradient(ctx, grad):
+    raise RuntimeError(f"{OP_NAME} has no gradient (an inference GEMM of quantized operands); "
+                       "call it under torch.no_grad() or on detached inputs")
+
+
+def _register():
+    """Define the op; the returned Library owns the registrations (they end when it is freed)."""
+    library = torch.library.Library(NAMESPACE, "DEF")
+    library.define(SCHEMA)
+    library.impl("gemm", _gemm, "CompositeExplicitAutograd")
+    torch.library.register_fake(OP_NAME, _output_like, lib=library)
+    torch.library.register_autograd(OP_NAME, _no_gradient, lib=library)
+    return library
 
 
 if not _registered():  # the package and a bundled submission may both import this module
-    _register()
+    _LIBRARY = _register()
 
 
 def gemm(a: torch.Tensor, b_q: torch.Tensor, b_scale_sh: torch.Tensor,

@@ -35,6 +35,13 @@ def scale_cols(k: int) -> int:
     return -(-(k // SCALE_BLOCK) // 8) * 8
 
 
+# Signatures of inputs that passed the checks -> (M, N, K). A signature holds everything the checks
+# read (types, shapes, dtypes, devices, the B tensors' contiguity), never data; a repeated call
+# costs one tuple and one lookup instead of ~25 tensor queries. Bounded for callers whose shapes vary.
+_valid_signatures = {}
+_MAX_SIGNATURES = 4096
+
+
 def check_gemm_inputs(a, b_q, b_scale_sh, b_shuffle=None):
     """Validate (A, B_q, B_scale_sh[, B_shuffle]); return (M, N, K).
 
@@ -42,6 +49,25 @@ def check_gemm_inputs(a, b_q, b_scale_sh, b_shuffle=None):
     B_scale_sh: e8m0/uint8 [R, ceil(K/256)*8] with R >= N and R % 32 == 0 (aiter pads R to 256).
     B_shuffle (optional): like B_q. All on A's device; the B tensors contiguous.
     """
+    try:
+        signature = (
+            type(a), a.shape, a.dtype, a.device,
+            type(b_q), b_q.shape, b_q.dtype, b_q.device, b_q.is_contiguous(),
+            type(b_scale_sh), b_scale_sh.shape, b_scale_sh.dtype, b_scale_sh.device, b_scale_sh.is_contiguous(),
+            None if b_shuffle is None else (type(b_shuffle), b_shuffle.shape, b_shuffle.dtype, b_shuffle.device,
+                                            b_shuffle.is_contiguous()))
+        mnk = _valid_signatures.get(signature)
+    except (AttributeError, TypeError):  # not tensor-like, or symbolic sizes: check without caching
+        return _check_gemm_inputs(a, b_q, b_scale_sh, b_shuffle)
+    if mnk is None:
+        mnk = _check_gemm_inputs(a, b_q, b_scale_sh, b_shuffle)
+        if len(_valid_signatures) >= _MAX_SIGNATURES:
+            _valid_signatures.clear()
+        _valid_signatures[signature] = mnk
+    return mnk
+
+
+def _check_gemm_inputs(a, b_q, b_scale_sh, b_shuffle):
     _require_tensor("A", a)
     _require_tensor("B_q", b_q)
     _require_tensor("B_scale_sh", b_scale_sh)

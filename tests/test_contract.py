@@ -157,3 +157,29 @@ def test_a_backend_that_disagrees_with_the_reference_is_dropped(monkeypatch):
     assert mxfp4_mm.custom_kernel(data).eq(0).all()
     assert mxfp4_mm.last_backend_name() == "wrong"
     dispatch.reset()
+
+
+def test_valid_signatures_are_checked_once_and_invalid_ones_every_time(monkeypatch):
+    """check_gemm_inputs caches signatures that passed (shapes, dtypes, devices, contiguity, never
+    data): a repeated signature skips the checks, anything that differs in a checked property is
+    checked again and still raises."""
+    from mxfp4_mm import validate
+    monkeypatch.setattr(validate, "_valid_signatures", {})
+    calls = []
+    full_check = validate._check_gemm_inputs
+    monkeypatch.setattr(validate, "_check_gemm_inputs", lambda *args: calls.append(1) or full_check(*args))
+    a, _, b_q, b_shuffle, b_scale_sh = _good()
+    for _ in range(3):
+        assert validate.check_gemm_inputs(a, b_q, b_scale_sh, b_shuffle) == (4, 32, 128)
+    assert validate.check_gemm_inputs(a.clone(), b_q.clone(), b_scale_sh, b_shuffle) == (4, 32, 128)
+    assert len(calls) == 1
+    strided_b_q = torch.zeros(32, 128, dtype=torch.uint8)[:, ::2]  # same shape and dtype, not contiguous
+    for _ in range(2):
+        with pytest.raises(ValueError, match="B_q must be contiguous"):
+            validate.check_gemm_inputs(a, strided_b_q, b_scale_sh, b_shuffle)
+        with pytest.raises(TypeError, match="A must be torch.bfloat16"):
+            validate.check_gemm_inputs(a.half(), b_q, b_scale_sh, b_shuffle)
+        with pytest.raises(TypeError, match="B_shuffle must be a torch.Tensor"):
+            validate.check_gemm_inputs(a, b_q, b_scale_sh, b_shuffle.numpy())
+    assert validate.check_gemm_inputs(a, b_q, b_scale_sh) == (4, 32, 128)  # without B_shuffle: new signature
+    assert len(calls) == 1 + 6 + 1

@@ -39,3 +39,12 @@ def test_compiled_module_equals_eager(compile_backend):
 def test_reimport_does_not_register_twice():
     importlib.reload(library)
     assert torch.ops.mxfp4_mm.gemm.default is not None
+
+
+def test_forward_works_on_inputs_that_require_grad_and_backward_raises():
+    a, _, b_q, b_shuffle, b_scale_sh = make_inputs(4, 32, 128, seed=7)
+    a.requires_grad_(True)
+    out = torch.ops.mxfp4_mm.gemm(a, b_q, b_scale_sh, b_shuffle)
+    assert_harness_close(out.detach(), reference_output((a.detach(), None, b_q, b_shuffle, b_scale_sh)))
+    with pytest.raises(RuntimeError, match="has no gradient"):
+        out.float().sum().backward()
