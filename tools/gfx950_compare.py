@@ -8,11 +8,13 @@ gfx950-GEMM-A16WFP4*.json (AITER_CONFIGS in mxfp4_mm/tables/triton_plans.py).
 
 Per kernel: K-loop VALU and scaled MFMAs over the whole grid (per-wave loop-body counts x waves
 per program x K steps per program x programs), VGPRs, spills, occupancy (waves per SIMD).
-HIP numbers come from tools/gfx950_build.py when it provides `static_per_shape()`.
+HIP numbers come from tools/gfx950_build.py (`grid_numbers`).
 
-    python3 tools/gfx950_compare.py
+    python3 tools/gfx950_compare.py            # Triton and HIP rows
+    python3 tools/gfx950_compare.py --no-hip   # Triton rows only
 """
 
+import argparse
 import re
 import sys
 from pathlib import Path
@@ -104,8 +106,10 @@ def main(argv=None) -> int:
     from mxfp4_mm.backends import triton_backend
     from mxfp4_mm.tables import triton_plans
 
-    args = sys.argv[1:] if argv is None else argv
-    with_hip = "--no-hip" not in args
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--no-hip", action="store_true", help="leave out the HIP rows")
+    with_hip = not parser.parse_args(argv).no_hip
     header = ["shape", "design", "plan", "K-loop VALU over the grid (x aiter)", "scaled MFMAs over the grid (x aiter)",
               "spills V/S", "occupancy (waves/SIMD)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
