@@ -1,9 +1,15 @@
 """Shared test helpers. GPU-only tests carry @pytest.mark.gpu and are skipped (never passed) without one."""
 
+import os
+
 import pytest
 import torch
 
-from mxfp4_mm import bench, dispatch, spec
+# Tests pick their backends and plans themselves; first-use tuning (seconds per new shape) would
+# slow every GPU test and could serve a shape from another backend. Tests of the tuner turn it on.
+os.environ.setdefault("MXFP4_MM_TUNE_BUDGET_S", "0")
+
+from mxfp4_mm import bench, dispatch, spec  # noqa: E402
 
 HAS_GPU = torch.cuda.is_available()
 RTOL = ATOL = 1e-2  # the harness's tolerance
