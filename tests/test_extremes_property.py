@@ -22,8 +22,10 @@ from conftest import GPU_BACKENDS, assert_harness_close, gpu_runner_factory
 BF16_MAX_BITS = 0x7F7F
 NAN_BITS = (0x7FC0, 0xFFC0, 0x7FE3, 0x7F81)  # quiet, negative, a payload that rounds past 0x7FFF, signalling
 SPECIAL_KINDS = ("nan", "inf", "-inf", "max", "-max", "huge_block", "denormal_block", "zero_block")
-# The cuda backend compiles one kernel per shape (~1 s): it draws from this pool so that a run
-# compiles at most a dozen kernels. Odd M, N not a multiple of 64, K not a multiple of 128 included.
+# Backends whose default plan is a build per shape (cuda ~1 s each; hip's specialized builds, also
+# through the emulation) draw shapes from this pool, so that a run compiles at most ten kernels.
+# Odd M, N not a multiple of 64, K not a multiple of 128 included.
+COMPILES_PER_SHAPE = ("cuda", "hip", "hip-emulated")
 COMPILED_SHAPES = ((1, 16, 64), (3, 48, 192), (8, 512, 1024), (17, 208, 576), (33, 96, 320),
                    (64, 160, 1024), (80, 512, 512), (5, 272, 832), (16, 64, 128), (47, 384, 960))
 
@@ -115,7 +117,7 @@ GPU_SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, databa
 def test_gpu_backend_matches_the_spec_on_extreme_blocks(name):
     device = torch.device("cuda")
     runner_for = _cached(gpu_runner_factory(name, device))
-    shapes = COMPILED_SHAPES if name == "cuda" else None
+    shapes = COMPILED_SHAPES if name in COMPILES_PER_SHAPE else None
 
     @GPU_SETTINGS
     @given(extreme_cases(shapes))
