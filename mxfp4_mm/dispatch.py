@@ -151,6 +151,11 @@ def run_gemm(m, n, k, a, b_q, b_shuffle, b_scale_sh):
     if served is not None:
         _last_served[0] = served
         return served.runner(a, b_q, b_shuffle, b_scale_sh)
+    if a.device.type == "cuda" and autotune.capturing():
+        # Building and checking a runner synchronizes, which a graph capture forbids; failing
+        # here leaves every backend usable once the shape is warmed up outside the capture.
+        raise RuntimeError(f"mxfp4_mm: first call for M={m} N={n} K={k} inside a CUDA graph capture; "
+                           "call this shape once before capturing")
     args = (a, b_q, b_shuffle, b_scale_sh)
     served, out = _tuned(m, n, k, args) or _table_path(m, n, k, args)
     _runners[key] = _last_served[0] = served
