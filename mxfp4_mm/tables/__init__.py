@@ -1,1 +1,1 @@
-"""Data modules: per-shape kernel plans written by the tuner scripts in tools/."""
+"""Data modules: per-shape kernel plans, rewritten by `python -m mxfp4_mm.tune --write` (and, for hip, `--static`)."""

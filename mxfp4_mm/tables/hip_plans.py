@@ -1,8 +1,8 @@
 """Plans of the HIP backend on gfx950 (MI355X): kernel variant and split-K per (M, N, K).
 
 Regenerate:
-    python3 tools/tune_hip.py            # on an MI355X: time every candidate, rewrite PLANS
-    python3 tools/tune_hip.py --static   # anywhere: PLANS = general_plan + the static model below
+    python -m mxfp4_mm.tune --backends hip --write   # on an MI355X: time every candidate, rewrite PLANS
+    python -m mxfp4_mm.tune --static                 # anywhere: PLANS = general_plan + the static model below
 
 A variant (see mxfp4_mm/kernels/mxfp4_gemm.hip) fixes the tile (tile_m x tile_n), the MFMA shape
 and the waves per block; its waves take the split's 256-K chunks round-robin. Grid:
@@ -28,8 +28,8 @@ MAX_SPLIT = 16
 MAX_PARTIAL_SHARE = 0.25  # split-K partial traffic (written + read) at most this share of B's bytes
 MAX_SPECIALIZED = 6      # specialized candidates per shape: each is a compile at first use
 
-# BEGIN PLANS (written by tools/tune_hip.py)
-# static model (tools/tune_hip.py --static); not measured
+# BEGIN PLANS (written by python -m mxfp4_mm.tune)
+# static model (python -m mxfp4_mm.tune --static); not measured
 PLANS = {
     # tests
     (8, 2112, 7168): Plan('mxfp4_gemm_m16n64w4', 7),
