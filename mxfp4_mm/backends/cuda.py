@@ -46,27 +46,39 @@ def plan_for(m: int, n: int, k: int, device: torch.device) -> Plan:
 # ---- the autotuner's interface ----------------------------------------------------------------
 
 MAX_CANDIDATES = 24  # NVRTC builds take ~1 s each (concurrent in `prepare`): tuning stays ~5 s
+F8_TWINS = 3  # e4m3 (F8MMA) twins of the first plans offered; 0 = none
+
+
+def _f8_twin(m, n, k, plan):
+    twin = plan._replace(f8=1)
+    return twin if not plan.f8 and not plan.wg and is_valid(m, n, k, twin) else None
 
 
 @functools.lru_cache(maxsize=256)
 def _candidates(m, n, k, units):
     first = plan_for_shape(m, n, k, units)
-    ranked = ranked_plans(m, n, k, units, MAX_CANDIDATES)
-    return [first] + [plan for plan in ranked if plan != first][:MAX_CANDIDATES - 1]
+    ranked = [first] + [plan for plan in ranked_plans(m, n, k, units, MAX_CANDIDATES) if plan != first]
+    twins = [twin for twin in (_f8_twin(m, n, k, plan) for plan in ranked[:F8_TWINS]) if twin]
+    plans = []
+    for plan in ranked:
+        plans.append(plan)
+        plans += [twin for twin in twins if twin == plan._replace(f8=1)]
+    return plans[:MAX_CANDIDATES]
 
 
 def candidates(m: int, n: int, k: int, device: torch.device) -> list:
-    """The plan `plan_for` picks, then the cost model's ranking of the plan grid (mma.sync plans
-    only: wgmma plans measured slower, notes/cuda.md v7). No compilation."""
+    """The plan `plan_for` picks, then the cost model's ranking of the plan grid (mma.sync plans;
+    wgmma plans measured slower, notes/cuda.md v7); the first F8_TWINS of them each followed by
+    its e4m3 twin (f8, not yet measured). No compilation."""
     return list(_candidates(m, n, k, compute_units(device)))
 
 
 def plan_label(plan: Plan) -> str:
     """E.g. "m32w6t2k2s1c2r2": rows of M, warps along N, tiles per warp, warps along K, split-K,
-    then cn, ring and wgmma where they differ from their defaults."""
+    then cn, ring, wgmma ("g") and e4m3 ("f") where they differ from their defaults."""
     label = f"m{plan.bm}w{plan.wn}t{plan.nt}k{plan.wk}s{plan.split_k}"
     return label + (f"c{plan.cn}" if plan.cn != 1 else "") + (f"r{plan.ring}" if plan.ring else "") + \
-        ("g" if plan.wg else "")
+        ("g" if plan.wg else "") + ("f" if plan.f8 else "")
 
 
 def prepare(m: int, n: int, k: int, device: torch.device, plans) -> None:

@@ -24,7 +24,22 @@
 // every M: rows >= M are zero-filled on load and never stored), BM (rows of M per CTA, multiple of 8),
 // WN (warps along N), NT (16-row N tiles per warp), WK (warps along K), SPLITK (CTAs along K),
 // CN (N tiles sharing A; cluster size CN * SPLITK), RING (B chunks in flight per thread, v5; 0 =
-// all of a warp's chunks at once, v4).
+// all of a warp's chunks at once, v4), F8MMA (below).
+//
+// F8MMA (plan field f8): no scale folding. Every e2m1 value is exact in fp8 e4m3, and one
+// `mma.m16n8k32.e4m3` spans exactly one 32-wide scale block of K, so per block the MMA sums
+// 32 unscaled products into a fresh fp32 tile and the scales are applied in fp32 afterwards:
+//   acc += tmp * (2^(ea + 6) * 2^(sb - 127))   (A's block exponent per column, B's scale per row).
+// The block sum is exact whatever the MMA's internal accumulation width (Hopper's fp8 tensor
+// paths keep fewer than fp32's 24 bits): each product of two e2m1 values is a multiple of 1/4 of
+// magnitude <= 36, so 32 of them sum to a multiple of 1/4 of magnitude <= 1152, i.e. an integer
+// below 2^13 in units of 1/4: 13 significant bits. (On sm_90 ptxas runs the e4m3 MMA as
+// e4m3 -> f16 unpacks + two f16 HMMAs with fp32 accumulation, exact for the same reason.)
+// No range limits from folding: B scale bytes 0..252 and A block exponents up to 121 stay on
+// the fast path; bytes 253..255 (dequantized B values that overflow fp32, or NaN) and larger A
+// exponents send the CTA to the exact fallback (WIDE_FALLBACK).
+// The K order inside a block is again free: thread t supplies word t (8 values) of every block,
+// so the B pieces are transposed within each quad of lanes by `ldmatrix` (see b_piece_slot).
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -60,6 +75,9 @@ typedef unsigned char u8;
 // N = BM. Needs WN % 4 == 0 (a warpgroup is 4 warps with the same wk) and BM in {16,32,64,128}.
 #ifndef WGMMA
 #define WGMMA 0
+#endif
+#ifndef F8MMA
+#define F8MMA 0
 #endif
 #if WGMMA
 #include "wgmma_sm90a.h"
@@ -119,16 +137,19 @@ constexpr int B_SLOTS = RING == 0 || RING >= CHW ? CHW : RING;
 constexpr bool B_RING = B_SLOTS < CHW;
 constexpr int B_SMEM = B_SLOTS * NT * 2 * NTHREADS * 16;
 constexpr int A_SMEM = MT * CH_MAX * 2048;
+constexpr int FA_SMEM = F8MMA ? MT * CH_MAX * 128 : 0;     // F8MMA: fp32 2^(ea+6) per (row, block)
 constexpr int S_PER_THREAD = CHW * NT * 2;                 // scale bytes each thread uses
 constexpr int S_SMEM = (S_PER_THREAD * NTHREADS + 15) / 16 * 16;
 constexpr int P_STRIDE = BN + 4;  // floats; 4 mod 32 keeps the fragment stores conflict-free
 constexpr int P_SMEM = WK * BM * P_STRIDE * 4;
-// Dynamic shared memory = max(B_SMEM + A_SMEM + S_SMEM, P_SMEM); backends/cuda.py mirrors this.
+// Dynamic shared memory = max(B_SMEM + A_SMEM + FA_SMEM + S_SMEM, P_SMEM); tables/cuda_plans.py
+// mirrors this.
 
 static_assert(BM % 8 == 0 && BM <= 256, "BM");
 static_assert(CHW <= 32 && S_PER_THREAD <= 64, "too many chunks per warp");
 static_assert(CN >= 1 && CN * SPLITK <= 8, "cluster size");
 static_assert(!WGMMA || (WN % 4 == 0 && (BM == 16 || BM == 32 || BM == 64 || BM == 128)), "wgmma plan");
+static_assert(!F8MMA || (!WGMMA && !ABLATE), "F8MMA: mma.sync only; the ablation masks are the bf16 path's");
 
 // Index of the 16-row N tile that warp wn handles as its nt-th. With WGMMA the 4 warps of a
 // warpgroup take consecutive 16-row slices of each 64-row wgmma tile.
@@ -178,6 +199,26 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], u32 a0, u32 a1, u32 a2, 
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+#if F8MMA
+// d = A * B over one 32-K scale block (a fresh accumulator): a0/a2 = rows g, a1/a3 = rows g+8;
+// byte j of a0 (a2) meets byte j of b0 (b1) at the same k, for the lanes with the same t.
+__device__ __forceinline__ void mma_e4m3_block(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
+}
+
+// Rows of 8x8 b16 matrices from shared memory (lane l gives the address of row l%8 of matrix
+// l/8); lane (g, t) receives word t of row g of each matrix.
+__device__ __forceinline__ uint4 ldmatrix_x4(u32 addr) {
+    uint4 v;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+    return v;
+}
+#endif
+
 // Flat index of unshuffled scale (r, c) in the shuffled tensor (SPEC §3), split into a row part
 // and a column part: index = scale_row_offset(r) + scale_col_offset(c).
 __device__ __forceinline__ int scale_row_offset(int r) {
@@ -202,6 +243,24 @@ __device__ __forceinline__ u32 nibble_pair(u32 w) {
 __device__ __forceinline__ u32 b_scale_multiplier(u32 s) {
     return (min(s, 192u) + 63u) * 0x00800080u;
 }
+
+#if F8MMA
+// Nibbles 0, 2, 4, 6 (even) or 1, 3, 5, 7 (odd) of w as 4 e4m3 bytes equal to e2m1 * 2^-6:
+// code bits e1 e0 m at byte bits 4..2 (e4m3 exponent field e1e0, mantissa m00; code 1 = 0.5
+// becomes the e4m3 subnormal 2^-7) and the sign at bit 7. The fp32 rescale takes back the 2^-6.
+__device__ __forceinline__ u32 e4m3_even_nibbles(u32 w) {
+    return ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u);
+}
+__device__ __forceinline__ u32 e4m3_odd_nibbles(u32 w) {
+    return ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);
+}
+
+// 2^(s-127) exactly for a B scale byte (byte 0: the subnormal 2^-127; 255 gives inf, but such
+// CTAs take the exact fallback anyway).
+__device__ __forceinline__ float b_scale_value(u32 s) {
+    return __uint_as_float(s ? s << 23 : 0x00400000u);
+}
+#endif
 
 // ---- A: SPEC §2 quantization of 8 consecutive values; 4 lanes (xor 8, 16) share a block ----
 
@@ -270,6 +329,31 @@ __device__ __forceinline__ uint4 quantize_fragment(uint4 raw) {
                       mul_bf16x2(rq[3], fold));
 }
 
+#if F8MMA
+// The 8 values as e4m3 bytes in the order of e4m3_even_nibbles / e4m3_odd_nibbles:
+// .x = (x0, x2, x4, x6), .y = (x1, x3, x5, x7); e = the block's scale exponent.
+__device__ __forceinline__ uint2 quantize_fragment_e4m3(uint4 raw, int& e) {
+    u32 rq[4];
+    quantize8(raw, rq, e);
+    u32 b[4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+        // times 2^-120, the bf16 exponent field E becomes E - 120 = e4m3's (E - 127) + 7, so bf16
+        // bits 14..4 are the e4m3 magnitude (rounded e2m1 values: exact, normal in both formats);
+        // per bf16 half: magnitude to bits 6..0, sign to bit 7 -> bytes 0 and 2 of the word.
+        const u32 v = mul_bf16x2(rq[a], 0x03800380u);
+        b[a] = ((v >> 4) & 0x007F007Fu) | ((v >> 8) & 0x00800080u);
+    }
+    return make_uint2(prmt(b[0], b[2], 0x6240u), prmt(b[1], b[3], 0x6240u));
+}
+
+// fp32 2^(e + 6) for an A block exponent (the 6 undoes B's 2^-6); inf when e > 121 (not
+// representable), which sends the CTA to the exact fallback.
+__device__ __forceinline__ u32 a_scale_bits(int e) {
+    return (u32)min(e + 133, 255) << 23;
+}
+#endif
+
 // e2m1 code of a rounded bf16 value r (16 bits), with x's sign bit (debug path).
 __device__ __forceinline__ u32 e2m1_code(u32 r, u32 x_sign) {
     const float q = __uint_as_float((r & 0x7FFFu) << 16);
@@ -308,7 +392,43 @@ __device__ __forceinline__ int a_fragment_offset(int task, int chunks, int lane)
     const int t = lane & 3;
     return ((((lc * 4 + (lane >> 3)) * 2 + (t >> 1)) * 2 + (t & 1)) * BM + ml) * 16;
 #endif
+#if F8MMA
+    // Row ml & 7 of the (m tile, chunk) region owns its 256 bytes; slot (i*4 + t) xor 4r keeps the
+    // raw 16-byte reads conflict-free. The quantized bytes are written back inside the same row.
+    const int slot = ((lane >> 3) * 4 + (lane & 3)) ^ ((ml & 1) << 2);
+    return (((ml >> 3) * CH_MAX + lc) * 8 + (ml & 7)) * 256 + slot * 16;
+#endif
     return (((ml >> 3) * CH_MAX + lc) * 4 + (lane >> 3)) * 512 + ((ml & 7) * 4 + (lane & 3)) * 16;
+}
+
+#if F8MMA
+// F8MMA: byte offset, inside row m's 256 bytes, of the 8 e4m3 bytes of (row m, word w, block b)
+// (word w = values 8w..8w+7 of the block). Only the warp that staged the row's raw values
+// overwrites them; the swizzle keeps both the quantizer's stores and the MMA loop's 8-byte reads
+// conflict-free.
+__device__ __forceinline__ int e4m3_row_offset(int m, int w, int b) {
+    return m * 256 + (w ^ ((m & 1) << 1)) * 32 + (b ^ (m & 3)) * 8;
+}
+// Where this lane's quantized bytes of A task `task` go: lane = i*8 + r*4 + t quantized word i of
+// block t of row 2*pair + r.
+__device__ __forceinline__ int a_e4m3_offset(int task, int chunks, int lane) {
+    const int mp = task / chunks, lc = task - mp * chunks;
+    const int ml = 2 * mp + ((lane >> 2) & 1);
+    return ((ml >> 3) * CH_MAX + lc) * 2048 + e4m3_row_offset(ml & 7, lane >> 3, lane & 3);
+}
+// fp32 2^(ea+6) of (row ml, block t of chunk lc), laid out [m tile][chunk][block][row % 8].
+__device__ __forceinline__ int a_scale_offset(int task, int chunks, int lane) {
+    const int mp = task / chunks, lc = task - mp * chunks;
+    const int ml = 2 * mp + ((lane >> 2) & 1);
+    return ((((ml >> 3) * CH_MAX + lc) * 4 + (lane & 3)) * 8 + (ml & 7)) * 4;
+}
+#endif
+
+// Where thread tid stages its B pieces (16 bytes each) within a (slot, nt, h) group. F8MMA: lane
+// (g, t) at position t*8 + g, so that `ldmatrix_x4` at position = lane gives lane (g, t) word t
+// of every block of row g (matrix b = the pieces of block b).
+__device__ __forceinline__ int b_piece_slot(int tid) {
+    return F8MMA ? (tid & ~31) | (tid & 3) << 3 | (tid >> 2 & 7) : tid;
 }
 
 #if SPLITK > 1 || CN > 1
@@ -351,6 +471,75 @@ __device__ __forceinline__ int cta_n_tile() { return (int)blockIdx.x; }
 __device__ __forceinline__ u32 split_peer_rank(int s) { return (u32)s; }
 #endif
 
+#if F8MMA
+#if CN > 1
+__device__ __forceinline__ void st_cluster_u2(u32 local_addr, u32 rank, uint2 v) {
+    asm volatile("st.shared::cluster.v2.u32 [%0], {%1,%2};\n"
+                 :: "r"(cluster_addr(local_addr, rank)), "r"(v.x), "r"(v.y) : "memory");
+}
+__device__ __forceinline__ void st_cluster_u32(u32 local_addr, u32 rank, u32 v) {
+    asm volatile("st.shared::cluster.u32 [%0], %1;\n" :: "r"(cluster_addr(local_addr, rank)), "r"(v) : "memory");
+}
+#endif
+
+// One lane's quantized word (8 e4m3 bytes) and, from one of the 4 lanes of its block (i = 0), the
+// block's 2^(e+6): into this CTA, or with CN > 1 into the same place in every CTA of this split.
+__device__ __forceinline__ void store_a_e4m3(u8* bytes, u8* scale, uint2 q, int e, int lane, int split) {
+    const bool scale_lane = lane < 8;
+#if CN > 1
+#pragma unroll
+    for (int r = 0; r < CN; ++r) {
+        const u32 rank = (u32)(r * SPLITK + split);
+        st_cluster_u2(smem_addr(bytes), rank, q);
+        if (scale_lane) st_cluster_u32(smem_addr(scale), rank, a_scale_bits(e));
+    }
+#else
+    *reinterpret_cast<uint2*>(bytes) = q;
+    if (scale_lane) *reinterpret_cast<u32*>(scale) = a_scale_bits(e);
+#endif
+}
+
+// Quantizes this warp's A tasks `first` and `second` (raw values already read; `second` is a
+// repeat of `first` when !has_second) into e4m3 bytes and block scales.
+__device__ __forceinline__ void quantize_task_e4m3(u8* a_smem, u8* fa_smem, uint4 raw_first, uint4 raw_second,
+                                                   int first, int second, bool has_second, int chunks, int lane,
+                                                   int split) {
+    int e_first, e_second;
+    const uint2 q_first = quantize_fragment_e4m3(raw_first, e_first);
+    const uint2 q_second = quantize_fragment_e4m3(raw_second, e_second);
+    __syncwarp();  // the bytes overwrite raw values that other lanes of these tasks read above
+    store_a_e4m3(a_smem + a_e4m3_offset(first, chunks, lane), fa_smem + a_scale_offset(first, chunks, lane), q_first,
+                 e_first, lane, split);
+    if (has_second)
+        store_a_e4m3(a_smem + a_e4m3_offset(second, chunks, lane), fa_smem + a_scale_offset(second, chunks, lane),
+                     q_second, e_second, lane, split);
+}
+#endif
+
+#if F8MMA
+// Block i of chunk lc: per (n tile, m tile) one MMA into a fresh tile, added to acc in fp32 with
+// the product of the row's B scale and the column's A scale (see the top of the file).
+__device__ __forceinline__ void mma_block_e4m3(float (&acc)[NT][MT][4], const u32 (&bf)[NT][2][2], const float (&fb)[NT][2],
+                                               const u8* a_smem, const u8* fa_smem, int lc, int i, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        const uint2 x = *reinterpret_cast<const uint2*>(a_smem + (mt * CH_MAX + lc) * 2048 + e4m3_row_offset(g, t, i));
+        // columns 2t and 2t+1 of the tile are m rows 2t and 2t+1
+        const float2 fa = *reinterpret_cast<const float2*>(fa_smem + (((mt * CH_MAX + lc) * 4 + i) * 8 + 2 * t) * 4);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            float d[4];
+            mma_e4m3_block(d, bf[nt][0][0], bf[nt][1][0], bf[nt][0][1], bf[nt][1][1], x.x, x.y);
+            acc[nt][mt][0] = fmaf(d[0], fb[nt][0] * fa.x, acc[nt][mt][0]);
+            acc[nt][mt][1] = fmaf(d[1], fb[nt][0] * fa.y, acc[nt][mt][1]);
+            acc[nt][mt][2] = fmaf(d[2], fb[nt][1] * fa.x, acc[nt][mt][2]);
+            acc[nt][mt][3] = fmaf(d[3], fb[nt][1] * fa.y, acc[nt][mt][3]);
+        }
+    }
+}
+#endif
+
 // ---- exact fallback (operands outside the folded-scale range; never taken on real data) -----
 
 __device__ float b_dequant(const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh, int n, int k) {
@@ -389,7 +578,10 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     extern __shared__ __align__(16) u8 smem[];
     u8* const b_smem = smem;
     u8* const a_smem = smem + B_SMEM;
-    u8* const s_smem = smem + B_SMEM + A_SMEM;
+    u8* const s_smem = smem + B_SMEM + A_SMEM + FA_SMEM;
+#if F8MMA
+    u8* const fa_smem = smem + B_SMEM + A_SMEM;
+#endif
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wn = warp % WN, wk = warp / WN;
@@ -447,7 +639,8 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                 const int row = n0 + n_tile16(wn, nt) * 16 + g + 8 * h;
                 const bool valid = !(ABLATE & 8) && (!B_RING || j < CHW) && lc < chunks && row < GN && block < KBLOCKS;
                 const u8* src = valid ? b_q + (size_t)row * (GK / 2) + block * 16 : b_q;
-                cp_async16(smem_addr(b_smem + ((slot * NT + nt) * 2 + h) * NTHREADS * 16 + tid * 16), src, valid);
+                cp_async16(smem_addr(b_smem + ((slot * NT + nt) * 2 + h) * NTHREADS * 16 + b_piece_slot(tid) * 16), src,
+                           valid);
             }
         }
         cp_async_commit();
@@ -495,6 +688,10 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
         uint4* const second = has_second
             ? reinterpret_cast<uint4*>(a_smem + a_fragment_offset(task + NWARPS * CN, chunks, lane)) : first;
         const uint4 raw_first = *first, raw_second = *second;
+#if F8MMA
+        quantize_task_e4m3(a_smem, fa_smem, raw_first, raw_second, task, task + NWARPS * CN, has_second, chunks,
+                           lane, split);
+#else
         const uint4 q_first = wgmma_row(ABLATE & 1 ? raw_first : quantize_fragment(raw_first), t);
         const uint4 q_second = wgmma_row(ABLATE & 1 ? raw_second : quantize_fragment(raw_second), t);
 #if CN > 1
@@ -508,15 +705,17 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
         *first = q_first;
         if (has_second) *second = q_second;
 #endif
+#endif  // F8MMA
     }
     // A B scale below the folded range (see WIDE_FALLBACK), checked here where the bytes are
     // consumed anyway: a check right after the loads made the warp wait for them before the A
     // work (measured +0.7-1.6 µs). Byte 0 (an all-zero block, or no block) is exact as it is.
+    // F8MMA: no folded range; bytes >= 253 (B values that overflow fp32 when dequantized, NaN).
     bool b_scale_low = false;
 #pragma unroll
     for (int q = 0; q < S_PER_THREAD; ++q) {
         s_smem[q * NTHREADS + tid] = (u8)s_val[q];
-        b_scale_low |= s_val[q] - 1u < 64u;
+        b_scale_low |= F8MMA ? s_val[q] >= 253u : s_val[q] - 1u < 64u;
     }
     if (WGMMA) asm volatile("fence.proxy.async;\n" ::: "memory");  // generic-proxy A stores -> wgmma reads
 #if CN > 1
@@ -557,24 +756,34 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                 default: cp_async_wait<7>(); break;
             }
         }
+        if (F8MMA) __syncwarp();  // ldmatrix below reads pieces that other lanes copied
         uint4 wb[NT][2];
-        u32 mult[NT][2];
+        u32 mult[NT][2];  // F8MMA: the scale bytes of the chunk's 4 blocks (row g + 8h), unconverted
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                wb[nt][h] = *reinterpret_cast<const uint4*>(
-                    b_smem + (((B_RING ? j % B_SLOTS : j) * NT + nt) * 2 + h) * NTHREADS * 16 + tid * 16);
-                mult[nt][h] = b_scale_multiplier(s_smem[((j * NT + nt) * 2 + h) * NTHREADS + tid]);
+                const u8* pieces = b_smem + (((B_RING ? j % B_SLOTS : j) * NT + nt) * 2 + h) * NTHREADS * 16;
+                const int scales = ((j * NT + nt) * 2 + h) * NTHREADS;
+#if F8MMA
+                wb[nt][h] = ldmatrix_x4(smem_addr(pieces + tid * 16));  // word t of blocks 0..3
+                mult[nt][h] = *reinterpret_cast<const u32*>(s_smem + scales + (tid & ~3));
+#else
+                wb[nt][h] = *reinterpret_cast<const uint4*>(pieces + tid * 16);
+                mult[nt][h] = b_scale_multiplier(s_smem[scales + tid]);
+#endif
             }
 #pragma unroll WORD_UNROLL
-        for (int i = 0; i < 4; ++i) {  // word i of each piece; the words rotate through .x
+        for (int i = 0; i < 4; ++i) {  // word i of each piece (F8MMA: block i); the words rotate through .x
 #if WGMMA
             // Converting word i overlaps the wgmmas of word i - 1; buffer i & 1 was last read by
             // the wgmmas of word i - 2, the older of the (at most) two groups in flight.
             wgmma_wait<1>();
             wgmma_keep(wg_frag[i & 1]);
             u32 (&bf)[NT][2][4] = wg_frag[i & 1];
+#elif F8MMA
+            u32 bf[NT][2][2];  // even and odd nibbles as e4m3
+            float fb[NT][2];   // the block's B scale
 #else
             u32 bf[NT][2][4];
 #endif
@@ -584,6 +793,11 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                 for (int h = 0; h < 2; ++h) {
                     const u32 w = wb[nt][h].x;
                     wb[nt][h] = make_uint4(wb[nt][h].y, wb[nt][h].z, wb[nt][h].w, w);
+#if F8MMA
+                    bf[nt][h][0] = e4m3_even_nibbles(w);
+                    bf[nt][h][1] = e4m3_odd_nibbles(w);
+                    fb[nt][h] = b_scale_value(mult[nt][h] >> 8 * i & 0xFFu);
+#else
                     if (ABLATE & 2) {
                         bf[nt][h][0] = w; bf[nt][h][1] = w ^ mult[nt][h]; bf[nt][h][2] = ~w; bf[nt][h][3] = w + 1u;
                     } else {
@@ -592,6 +806,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                         bf[nt][h][2] = mul_bf16x2(nibble_pair<2>(w), mult[nt][h]);
                         bf[nt][h][3] = mul_bf16x2(nibble_pair<3>(w), mult[nt][h]);
                     }
+#endif
                 }
 #if WGMMA
             // Word i = k16 steps 2i and 2i+1 of this chunk.
@@ -606,6 +821,8 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                                    bf[nt][1][2 * st + 1], desc);
             }
             wgmma_commit();
+#elif F8MMA
+            mma_block_e4m3(acc, bf, fb, a_smem, fa_smem, lc, i, lane);
 #else
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
@@ -623,7 +840,10 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
             }
 #endif
         }
-        if (B_RING) copy_b_chunk(j + B_SLOTS);  // this slot's words are all consumed
+        if (B_RING) {  // this slot's words are all consumed (F8MMA: by every lane's ldmatrix)
+            if (F8MMA) __syncwarp();
+            copy_b_chunk(j + B_SLOTS);
+        }
     }
 #if WGMMA
     wgmma_wait<0>();

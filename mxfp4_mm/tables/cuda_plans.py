@@ -16,8 +16,9 @@ MAX_SMEM = 227 * 1024
 # bm: rows of M per CTA; wn: warps along N; nt: 16-row N tiles per warp; wk: warps along K;
 # split_k: CTAs along K (one cluster); cn: neighbouring N tiles quantizing A together (v5 when > 1;
 # cluster size cn * split_k, at most 8); ring: B chunks in flight per thread (v5 when > 0; 0 = all);
-# wg: 1 = warpgroup wgmma MMAs (v7, sm_90a only: wn % 4 == 0, bm in WGMMA_BMS).
-Plan = collections.namedtuple("Plan", "bm wn nt wk split_k cn ring wg", defaults=(1, 0, 0))
+# wg: 1 = warpgroup wgmma MMAs (v7, sm_90a only: wn % 4 == 0, bm in WGMMA_BMS);
+# f8: 1 = e4m3 MMAs, one per 32-K scale block, scales applied in fp32 (F8MMA; not with wg).
+Plan = collections.namedtuple("Plan", "bm wn nt wk split_k cn ring wg f8", defaults=(1, 0, 0, 0))
 WGMMA_BMS = (16, 32, 64, 128)  # the wgmma N sizes kernels/wgmma_sm90a.h provides
 
 PLANS = {
@@ -53,9 +54,10 @@ def smem_bytes(m: int, n: int, k: int, plan: Plan) -> int:
     b_slots = min(chw, plan.ring) if plan.ring else chw
     b = b_slots * plan.nt * 2 * threads * 16
     a = plan.bm // 8 * ch_max * 2048
+    a_scales = plan.bm // 8 * ch_max * 128 if plan.f8 else 0
     s = -(-chw * plan.nt * 2 * threads // 16) * 16
     partial = plan.wk * plan.bm * (bn + 4) * 4
-    return max(b + a + s, partial)
+    return max(b + a + a_scales + s, partial)
 
 
 def grid(m: int, n: int, plan: Plan):
@@ -73,7 +75,8 @@ def is_valid(m: int, n: int, k: int, plan: Plan) -> bool:
             and 32 <= threads <= 1024 and plan.nt * plan.bm // 8 * 4 <= 128
             and -(-ch_max // plan.wk) <= 32 and -(-ch_max // plan.wk) * plan.nt * 2 <= 64
             and smem_bytes(m, n, k, plan) <= MAX_SMEM
-            and (not plan.wg or (plan.wn % 4 == 0 and plan.bm in WGMMA_BMS)))
+            and (not plan.wg or (plan.wn % 4 == 0 and plan.bm in WGMMA_BMS))
+            and plan.f8 in (0, 1) and not (plan.f8 and plan.wg))
 
 
 def compile_options(n: int, k: int, plan: Plan) -> tuple:
@@ -85,6 +88,8 @@ def compile_options(n: int, k: int, plan: Plan) -> tuple:
         values["RING"] = plan.ring
     if plan.wg:
         values["WGMMA"] = 1
+    if plan.f8:
+        values["F8MMA"] = 1
     return tuple(f"-D{key}={value}" for key, value in values.items())
 
 
