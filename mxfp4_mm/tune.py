@@ -45,7 +45,18 @@ def _leaf_values(plans):
             yield value
 
 
+def _without_trailing_defaults(plan) -> list:
+    """The plan's fields, less trailing ones equal to the namedtuple's defaults (tables stay short
+    and a re-run does not churn them)."""
+    fields = list(plan)
+    defaults = getattr(type(plan), "_field_defaults", {})
+    while fields and defaults.get(plan._fields[len(fields) - 1], object()) == fields[-1]:
+        fields.pop()
+    return fields
+
+
 def render_value(plan, as_tuple: bool) -> str:
+    plan = _without_trailing_defaults(plan) if hasattr(plan, "_fields") else list(plan)
     fields = ", ".join(map(repr, plan))
     return f"({fields}{',' if len(plan) == 1 else ''})" if as_tuple else f"Plan({fields})"
 
