@@ -137,13 +137,12 @@ constexpr int B_SLOTS = RING == 0 || RING >= CHW ? CHW : RING;
 constexpr bool B_RING = B_SLOTS < CHW;
 constexpr int B_SMEM = B_SLOTS * NT * 2 * NTHREADS * 16;
 constexpr int A_SMEM = MT * CH_MAX * 2048;
-constexpr int FA_SMEM = F8MMA ? MT * CH_MAX * 128 : 0;     // F8MMA: fp32 2^(ea+6) per (row, block)
 constexpr int S_PER_THREAD = CHW * NT * 2;                 // scale bytes each thread uses
 constexpr int S_SMEM = (S_PER_THREAD * NTHREADS + 15) / 16 * 16;
 constexpr int P_STRIDE = BN + 4;  // floats; 4 mod 32 keeps the fragment stores conflict-free
 constexpr int P_SMEM = WK * BM * P_STRIDE * 4;
-// Dynamic shared memory = max(B_SMEM + A_SMEM + FA_SMEM + S_SMEM, P_SMEM); tables/cuda_plans.py
-// mirrors this.
+// Dynamic shared memory = max(B_SMEM + A_SMEM + S_SMEM, P_SMEM); tables/cuda_plans.py mirrors this
+// (F8MMA needs no more: A's e4m3 bytes and block scales fit where its raw values were).
 
 static_assert(BM % 8 == 0 && BM <= 256, "BM");
 static_assert(CHW <= 32 && S_PER_THREAD <= 64, "too many chunks per warp");
@@ -403,11 +402,17 @@ __device__ __forceinline__ int a_fragment_offset(int task, int chunks, int lane)
 
 #if F8MMA
 // F8MMA: byte offset, inside row m's 256 bytes, of the 8 e4m3 bytes of (row m, word w, block b)
-// (word w = values 8w..8w+7 of the block). Only the warp that staged the row's raw values
-// overwrites them; the swizzle keeps both the quantizer's stores and the MMA loop's 8-byte reads
-// conflict-free.
+// (word w = values 8w..8w+7 of the block): the row's first 128 bytes. Only the warp that staged
+// the row's raw values overwrites them; the swizzle keeps both the quantizer's stores and the MMA
+// loop's 8-byte reads conflict-free.
 __device__ __forceinline__ int e4m3_row_offset(int m, int w, int b) {
     return m * 256 + (w ^ ((m & 1) << 1)) * 32 + (b ^ (m & 3)) * 8;
+}
+// F8MMA: byte offset of the fp32 2^(ea+6) of rows 2p (+0) and 2p+1 (+4), block b, in the second
+// half of row 2p (inside row pair p = one A task, like the bytes); rotated by p so the MMA loop's
+// lanes t = p hit different banks.
+__device__ __forceinline__ int a_scale_row_offset(int p, int b) {
+    return p * 512 + 128 + ((b + p) & 3) * 8;
 }
 // Where this lane's quantized bytes of A task `task` go: lane = i*8 + r*4 + t quantized word i of
 // block t of row 2*pair + r.
@@ -416,11 +421,10 @@ __device__ __forceinline__ int a_e4m3_offset(int task, int chunks, int lane) {
     const int ml = 2 * mp + ((lane >> 2) & 1);
     return ((ml >> 3) * CH_MAX + lc) * 2048 + e4m3_row_offset(ml & 7, lane >> 3, lane & 3);
 }
-// fp32 2^(ea+6) of (row ml, block t of chunk lc), laid out [m tile][chunk][block][row % 8].
+// Where the block scale of this lane's (row, block) of A task `task` goes.
 __device__ __forceinline__ int a_scale_offset(int task, int chunks, int lane) {
     const int mp = task / chunks, lc = task - mp * chunks;
-    const int ml = 2 * mp + ((lane >> 2) & 1);
-    return ((((ml >> 3) * CH_MAX + lc) * 4 + (lane & 3)) * 8 + (ml & 7)) * 4;
+    return ((mp >> 2) * CH_MAX + lc) * 2048 + a_scale_row_offset(mp & 3, lane & 3) + ((lane >> 2) & 1) * 4;
 }
 #endif
 
@@ -501,17 +505,17 @@ __device__ __forceinline__ void store_a_e4m3(u8* bytes, u8* scale, uint2 q, int 
 
 // Quantizes this warp's A tasks `first` and `second` (raw values already read; `second` is a
 // repeat of `first` when !has_second) into e4m3 bytes and block scales.
-__device__ __forceinline__ void quantize_task_e4m3(u8* a_smem, u8* fa_smem, uint4 raw_first, uint4 raw_second,
+__device__ __forceinline__ void quantize_task_e4m3(u8* a_smem, uint4 raw_first, uint4 raw_second,
                                                    int first, int second, bool has_second, int chunks, int lane,
                                                    int split) {
     int e_first, e_second;
     const uint2 q_first = quantize_fragment_e4m3(raw_first, e_first);
     const uint2 q_second = quantize_fragment_e4m3(raw_second, e_second);
     __syncwarp();  // the bytes overwrite raw values that other lanes of these tasks read above
-    store_a_e4m3(a_smem + a_e4m3_offset(first, chunks, lane), fa_smem + a_scale_offset(first, chunks, lane), q_first,
+    store_a_e4m3(a_smem + a_e4m3_offset(first, chunks, lane), a_smem + a_scale_offset(first, chunks, lane), q_first,
                  e_first, lane, split);
     if (has_second)
-        store_a_e4m3(a_smem + a_e4m3_offset(second, chunks, lane), fa_smem + a_scale_offset(second, chunks, lane),
+        store_a_e4m3(a_smem + a_e4m3_offset(second, chunks, lane), a_smem + a_scale_offset(second, chunks, lane),
                      q_second, e_second, lane, split);
 }
 #endif
@@ -520,13 +524,14 @@ __device__ __forceinline__ void quantize_task_e4m3(u8* a_smem, u8* fa_smem, uint
 // Block i of chunk lc: per (n tile, m tile) one MMA into a fresh tile, added to acc in fp32 with
 // the product of the row's B scale and the column's A scale (see the top of the file).
 __device__ __forceinline__ void mma_block_e4m3(float (&acc)[NT][MT][4], const u32 (&bf)[NT][2][2], const float (&fb)[NT][2],
-                                               const u8* a_smem, const u8* fa_smem, int lc, int i, int lane) {
+                                               const u8* a_smem, int lc, int i, int lane) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-        const uint2 x = *reinterpret_cast<const uint2*>(a_smem + (mt * CH_MAX + lc) * 2048 + e4m3_row_offset(g, t, i));
+        const u8* region = a_smem + (mt * CH_MAX + lc) * 2048;
+        const uint2 x = *reinterpret_cast<const uint2*>(region + e4m3_row_offset(g, t, i));
         // columns 2t and 2t+1 of the tile are m rows 2t and 2t+1
-        const float2 fa = *reinterpret_cast<const float2*>(fa_smem + (((mt * CH_MAX + lc) * 4 + i) * 8 + 2 * t) * 4);
+        const float2 fa = *reinterpret_cast<const float2*>(region + a_scale_row_offset(t, i));
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             float d[4];
@@ -572,16 +577,21 @@ __device__ __noinline__ void wide_partial(const u16* __restrict__ a, const u8* _
     }
 }
 
-extern "C" __global__ void __launch_bounds__(NTHREADS) CLUSTER_ATTR
+// F8MMA: at least 1 CTA per SM, or ptxas budgets registers for several (e.g. 40 at 384 threads)
+// and spills inside the MMA loop.
+#if F8MMA
+#define GEMM_LAUNCH_BOUNDS __launch_bounds__(NTHREADS, 1)
+#else
+#define GEMM_LAUNCH_BOUNDS __launch_bounds__(NTHREADS)
+#endif
+
+extern "C" __global__ void GEMM_LAUNCH_BOUNDS CLUSTER_ATTR
 mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh,
            u16* __restrict__ c, const int m_size) {
     extern __shared__ __align__(16) u8 smem[];
     u8* const b_smem = smem;
     u8* const a_smem = smem + B_SMEM;
-    u8* const s_smem = smem + B_SMEM + A_SMEM + FA_SMEM;
-#if F8MMA
-    u8* const fa_smem = smem + B_SMEM + A_SMEM;
-#endif
+    u8* const s_smem = smem + B_SMEM + A_SMEM;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wn = warp % WN, wk = warp / WN;
@@ -689,7 +699,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
             ? reinterpret_cast<uint4*>(a_smem + a_fragment_offset(task + NWARPS * CN, chunks, lane)) : first;
         const uint4 raw_first = *first, raw_second = *second;
 #if F8MMA
-        quantize_task_e4m3(a_smem, fa_smem, raw_first, raw_second, task, task + NWARPS * CN, has_second, chunks,
+        quantize_task_e4m3(a_smem, raw_first, raw_second, task, task + NWARPS * CN, has_second, chunks,
                            lane, split);
 #else
         const uint4 q_first = wgmma_row(ABLATE & 1 ? raw_first : quantize_fragment(raw_first), t);
@@ -822,7 +832,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
             }
             wgmma_commit();
 #elif F8MMA
-            mma_block_e4m3(acc, bf, fb, a_smem, fa_smem, lc, i, lane);
+            mma_block_e4m3(acc, bf, fb, a_smem, lc, i, lane);
 #else
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {

@@ -54,10 +54,9 @@ def smem_bytes(m: int, n: int, k: int, plan: Plan) -> int:
     b_slots = min(chw, plan.ring) if plan.ring else chw
     b = b_slots * plan.nt * 2 * threads * 16
     a = plan.bm // 8 * ch_max * 2048
-    a_scales = plan.bm // 8 * ch_max * 128 if plan.f8 else 0
     s = -(-chw * plan.nt * 2 * threads // 16) * 16
     partial = plan.wk * plan.bm * (bn + 4) * 4
-    return max(b + a + a_scales + s, partial)
+    return max(b + a + s, partial)
 
 
 def grid(m: int, n: int, plan: Plan):
