@@ -46,6 +46,9 @@ QUICK_REPS = 3
 FINALISTS = 4
 FINAL_REPS = 20
 MAX_BUILD_THREADS = 16
+# A candidate built on the calling thread (a Triton JIT) cannot be interrupted: start one only
+# with this much budget left, so the budget holds even with cold compiler caches.
+INLINE_BUILD_RESERVE_S = 2.0
 RTOL = ATOL = 1e-2  # the harness's tolerance
 
 Candidate = collections.namedtuple("Candidate", "backend module plan label")
@@ -147,6 +150,10 @@ class Builder:
             self.pool = concurrent.futures.ThreadPoolExecutor(min(MAX_BUILD_THREADS, os.cpu_count() or 1))
             for c in preparable:
                 self.futures[id(c)] = self.pool.submit(c.module.prepare, m, n, k, device, [c.plan])
+
+    def compiles_ahead(self, candidate) -> bool:
+        """Whether the candidate is compiled in the pool (else its build runs on the calling thread)."""
+        return id(candidate) in self.futures
 
     def runner(self, candidate, timeout=None):
         """The candidate's runner; concurrent.futures.TimeoutError if its compile is not done in time."""
@@ -253,6 +260,9 @@ def tune(m, n, k, args, candidates, device, budget, timer, clock=time.perf_count
             if remaining <= 0:
                 break
             what = f"{candidate.backend}:{candidate.label}"
+            if measured and not builder.compiles_ahead(candidate) and remaining < INLINE_BUILD_RESERVE_S:
+                _say(f"{what}: skipped (too little budget left for an inline build)")
+                continue
             try:
                 runner = builder.runner(candidate, timeout=remaining)
                 _verified_output(candidate, runner, args, ref)
