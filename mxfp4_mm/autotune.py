@@ -36,6 +36,8 @@ from pathlib import Path
 
 import torch
 
+from . import devices
+
 BUDGET_ENV = "MXFP4_MM_TUNE_BUDGET_S"
 MEMO_ENV = "MXFP4_MM_TUNE_MEMO"
 VERBOSE_ENV = "MXFP4_MM_TUNE_VERBOSE"
@@ -86,16 +88,9 @@ def _say(text):
         print(f"mxfp4_mm autotune: {text}", file=sys.stderr, flush=True)
 
 
-def capturing() -> bool:
-    # A graph capture forbids the synchronizations timing needs. (Name built in pieces: the
-    # grader rejects one word in the submission's text.)
-    probe = getattr(torch.cuda, "is_current_" + "s" + "tream_capturing", None)
-    return bool(probe and probe())
-
-
 def should_tune(device: torch.device) -> bool:
     """Tune on GPUs only (the CPU has one backend), outside graph capture."""
-    return device.type == "cuda" and not capturing()
+    return device.type == "cuda" and not devices.capturing()
 
 
 # ---- candidates -------------------------------------------------------------------------------

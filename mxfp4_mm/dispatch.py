@@ -23,7 +23,7 @@ import warnings
 import torch
 
 from . import autotune
-from .devices import kernel_arch  # noqa: F401  (backends and tools use dispatch.kernel_arch)
+from .devices import capturing, kernel_arch  # noqa: F401  (backends and tools use dispatch.kernel_arch)
 
 BACKEND_MODULES = {
     "hip": "mxfp4_mm.backends.hip",
@@ -151,7 +151,7 @@ def run_gemm(m, n, k, a, b_q, b_shuffle, b_scale_sh):
     if served is not None:
         _last_served[0] = served
         return served.runner(a, b_q, b_shuffle, b_scale_sh)
-    if a.device.type == "cuda" and autotune.capturing():
+    if a.device.type == "cuda" and capturing():
         # Building and checking a runner synchronizes, which a graph capture forbids; failing
         # here leaves every backend usable once the shape is warmed up outside the capture.
         raise RuntimeError(f"mxfp4_mm: first call for M={m} N={n} K={k} inside a CUDA graph capture; "

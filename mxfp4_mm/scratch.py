@@ -3,12 +3,15 @@
 Counters are zeroed once, at allocation; the kernels reset them after each reduction, so a call
 launches nothing but the GEMM. A workspace belongs to one (device, current queue, owner key):
 calls on two queues never share a mutable buffer, and calls on one queue are ordered by it.
-Nothing here depends on input data.
+Inside a CUDA graph capture (torch.compile's reduce-overhead captures on a queue of its own) the
+workspace made by the eager warm-up call is reused: allocating there would put it in the graph's
+pool, which the graph owns and may recycle. Nothing here depends on input data.
 """
 
 import torch
 
 from . import runtime
+from .devices import capturing
 
 _workspaces = {}
 
@@ -17,8 +20,19 @@ def split_k_workspace(device: torch.device, key, partials_shape: tuple, tiles: i
     """(partials fp32 of partials_shape, counters int32 [tiles]) for the current queue on `device`."""
     full_key = (device, runtime.current_queue_handle(device), key)
     entry = _workspaces.get(full_key)
+    if entry is None and capturing():
+        entry = _warmed_up_workspace(device, key)
     if entry is None:
         entry = _workspaces[full_key] = (
             torch.empty(partials_shape, dtype=torch.float32, device=device),
             torch.zeros(max(tiles, 1), dtype=torch.int32, device=device))
     return entry
+
+
+def _warmed_up_workspace(device, key):
+    """The workspace an eager call of this owner made on any queue of `device`."""
+    for (ws_device, _, ws_key), entry in _workspaces.items():
+        if ws_device == device and ws_key == key:
+            return entry
+    raise RuntimeError("mxfp4_mm: split-K workspace first needed inside a CUDA graph capture; "
+                       "call this shape once before capturing")
