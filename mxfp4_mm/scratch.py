@@ -3,9 +3,9 @@
 Counters are zeroed once, at allocation; the kernels reset them after each reduction, so a call
 launches nothing but the GEMM. A workspace belongs to one (device, current queue, owner key):
 calls on two queues never share a mutable buffer, and calls on one queue are ordered by it.
-Inside a CUDA graph capture (torch.compile's reduce-overhead captures on a queue of its own) the
-workspace made by the eager warm-up call is reused: allocating there would put it in the graph's
-pool, which the graph owns and may recycle. Nothing here depends on input data.
+Workspaces are allocated outside any CUDA graph's memory pool (see `_allocate`); inside a capture
+(torch.compile's reduce-overhead captures on a queue of its own) the workspace made by the eager
+warm-up call is reused. Nothing here depends on input data.
 """
 
 import torch
@@ -23,10 +23,24 @@ def split_k_workspace(device: torch.device, key, partials_shape: tuple, tiles: i
     if entry is None and capturing():
         entry = _warmed_up_workspace(device, key)
     if entry is None:
-        entry = _workspaces[full_key] = (
-            torch.empty(partials_shape, dtype=torch.float32, device=device),
-            torch.zeros(max(tiles, 1), dtype=torch.int32, device=device))
+        entry = _workspaces[full_key] = _allocate(device, partials_shape, tiles)
     return entry
+
+
+def _allocate(device, partials_shape, tiles):
+    """Made on a private queue: torch.compile's graph trees route the current queue's allocations
+    into their graph pool even during their eager warm-up, and a workspace that outlives the call
+    must not live there. Waits for the counters' zero fill (first call of a shape only)."""
+    def make():
+        return (torch.empty(partials_shape, dtype=torch.float32, device=device),
+                torch.zeros(max(tiles, 1), dtype=torch.int32, device=device))
+
+    if torch.device(device).type != "cuda":
+        return make()
+    with runtime.on_private_queue(device):
+        workspace = make()
+    torch.cuda.synchronize(device)
+    return workspace
 
 
 def _warmed_up_workspace(device, key):
