@@ -16,6 +16,14 @@ B comes in one of three layouts (constexpr B_LAYOUT):
 With EVEN_K (K % BLOCK_K == 0) no K masks are needed; rows of A and B past M / N are wrapped onto
 valid rows (never read out of bounds, never stored), so the loop's loads carry no masks.
 
+Scales at the top of the e8m0 range: the spec dequantizes to fp32 (code x 2^(byte-127)) and
+multiplies in fp32, so values >= 2^128 are inf there (inf x 0 = NaN, inf - inf = NaN) and products
+or sums reaching 2^128 overflow; `dot_scaled` scales in its own way (bf16 operands on Hopper, the
+MFMA's wider internal range on gfx950) and gives other inf/NaN patterns or finite values there. The
+K loop keeps the elementwise maxima of A's and B's scale bytes; a tile whose maxima can reach that
+range (`_beyond_fast_range`: A NaN blocks have byte 254) recomputes its partial exactly as the spec
+does (`_exact_partial`: fp32 operands, an IEEE fp32 dot). Ordinary data never takes that branch.
+
 Split-K stays one launch: every split writes its fp32 partial tile to a workspace, then bumps a
 per-tile counter (acq_rel); the program that arrives last sums the partials in split order (so the
 result is deterministic), writes bf16 C and resets the counter to 0 for the next call.
@@ -67,6 +75,35 @@ def quantize_mxfp4_tile(x, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
     low, high = tl.split(tl.reshape(code, (BLOCK_M, BLOCK_K // 2, 2)))
     # int32 -> uint8 truncates; values are 0..255, never a float->uint8 conversion (it saturates on NVIDIA).
     return (low | (high << 4)).to(tl.uint8), (e + 127).to(tl.uint8)
+
+
+@triton.jit
+def _e2m1_values(codes):
+    """float32 value of 4-bit e2m1 codes (int32 0..15): 0, .5, 1, 1.5, 2, 3, 4, 6, then negated
+    (code 8 is -0.0), built from bits."""
+    magnitude = codes & 7
+    normal_bits = (((magnitude >> 1) + 126) << 23) | ((magnitude & 1) << 22)  # 2^(m/2-1) x 1.(m%2)
+    bits = tl.where(magnitude >= 2, normal_bits, tl.where(magnitude == 1, 126 << 23, 0))  # code 1: 0.5
+    return (bits | ((codes >> 3) << 31)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _e8m0_values(scales):
+    """float32 2^(byte-127) of uint8 e8m0 bytes, built from bits: byte 0 is the denormal 2^-127,
+    byte 255 is NaN (spec.e8m0_to_float)."""
+    byte = scales.to(tl.int32)
+    bits = tl.where(byte == 0, 0x400000, byte << 23)
+    return tl.where(byte == 255, 0x7FC00000, bits).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def dequantize_mxfp4_tile(codes, scales, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """(packed codes uint8 [ROWS, COLS/2], scales uint8 [ROWS, COLS/32]) -> float32 [ROWS, COLS],
+    as spec.dequantize_mxfp4: an fp32 product, so a value >= 2^128 is inf and byte 255 gives NaN."""
+    packed = codes.to(tl.int32)
+    values = tl.join(_e2m1_values(packed & 15), _e2m1_values(packed >> 4))  # element 2j: the low nibble
+    blocks = tl.reshape(values, (ROWS, COLS // 32, 32)) * _e8m0_values(scales)[:, :, None]
+    return tl.reshape(blocks, (ROWS, COLS))
 
 
 @triton.jit
@@ -197,6 +234,56 @@ def _b_pointers(b_ptr, bs_ptr, tile_n, k_begin, N, K, scale_cols_padded, B_LAYOU
 
 
 @triton.jit
+def _beyond_fast_range(a_top, b_top, K):
+    """Whether a tile whose A / B scale bytes reach a_top / b_top can meet fp32 overflow in the
+    spec's GEMM: a dequantized value >= 2^128 (6 x 2^(byte-127): byte 253 up; A's NaN blocks are
+    byte 254, B's byte 255 is NaN), or a product or a sum of K products reaching 2^128
+    (|a b| < 2^(ea+eb+6), sums < 2^(ea+eb+6+log2 K))."""
+    a_top = a_top.to(tl.int32)
+    b_top = b_top.to(tl.int32)
+    k_bits = (K.to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 126  # floor(log2 K) + 1
+    return (a_top >= 253) | (b_top >= 253) | ((a_top - 127) + (b_top - 127) + 6 + k_bits >= 128)
+
+
+@triton.jit
+def _b_code_offsets(cols_n, byte_cols, K, B_LAYOUT: tl.constexpr):
+    """Offsets [len(cols_n), len(byte_cols)] of B's packed code bytes (row, byte column) in B_q, or
+    in B_shuffle (shuffle_weight: per 16 rows and 32 bytes, two 16-row x 16-byte chunks)."""
+    n = cols_n[:, None].to(tl.int64)
+    c = byte_cols[None, :]
+    if B_LAYOUT == B_SHUFFLED:
+        offsets = (n // 16) * (K * 8) + (c // 32) * 512 + ((c % 32) // 16) * 256 + (n % 16) * 16 + c % 16
+    else:
+        offsets = n * (K // 2) + c
+    return offsets
+
+
+@triton.jit
+def _exact_partial(a_ptr, a_scale_ptr, b_ptr, bs_ptr, rows, cols_n, k_begin, k_end, K, scale_cols_padded,
+                   A_PREQUANTIZED: tl.constexpr, B_LAYOUT: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The tile's fp32 partial over K in [k_begin, k_end) exactly as the spec computes it: A
+    quantized as in the fast path, both operands dequantized to fp32, an IEEE fp32 dot (tf32 would
+    round the operands), one 32-element scale block per step. Rows / columns as the fast path's."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    bytes16 = tl.arange(0, 16)
+    b_scale_rows = _shuffled_scale_row_offsets(cols_n, scale_cols_padded)
+    for k0 in range(k_begin, k_end, 32):
+        if A_PREQUANTIZED:
+            a_codes = tl.load(a_ptr + rows[:, None].to(tl.int64) * (K // 2) + k0 // 2 + bytes16[None, :])
+            a_scales = tl.load(a_scale_ptr + rows[:, None].to(tl.int64) * (K // 32) + k0 // 32)
+        else:
+            x = tl.load(a_ptr + rows[:, None].to(tl.int64) * K + k0 + tl.arange(0, 32)[None, :])
+            a_codes, a_scales = quantize_mxfp4_tile(x.to(tl.float32), BLOCK_M, 32)
+        b_codes = tl.load(b_ptr + _b_code_offsets(cols_n, k0 // 2 + bytes16, K, B_LAYOUT))
+        b_scales = tl.load(bs_ptr + b_scale_rows[:, None] + _shuffled_scale_col_offsets(k0 // 32))
+        a = dequantize_mxfp4_tile(a_codes, a_scales, BLOCK_M, 32)
+        b = dequantize_mxfp4_tile(b_codes, b_scales, BLOCK_N, 32)
+        acc = tl.dot(a, tl.trans(b), acc, input_precision="ieee")
+    return acc
+
+
+@triton.jit
 def _reduce_split_k(acc, partial_ptr, counter_ptr, tile, c_ptrs, c_mask, split_k, num_tiles,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Publish this split's partial; the last program to arrive for the tile sums all of them into C."""
@@ -240,12 +327,16 @@ def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, c_ptr, partial_ptr, cou
     b_ptrs, bs_ptrs = _b_pointers(b_ptr, bs_ptr, tile_n, k_begin, N, K, scale_cols_padded, B_LAYOUT,
                                   BLOCK_N, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    a_top = tl.zeros((BLOCK_M, BLOCK_K // 32), dtype=tl.uint8)  # elementwise maxima of the scale bytes
+    b_top = tl.zeros((BLOCK_N, BLOCK_K // 32), dtype=tl.uint8)
     for step in range(steps):
         k_left = K - k_begin - step * BLOCK_K
         a_codes, a_scales = _a_operand(a_ptrs, a_scale_ptrs, k_left, EVEN_K, A_PREQUANTIZED, BLOCK_M, BLOCK_K)
         b_codes = _b_codes(b_ptrs, k_left, EVEN_K, B_LAYOUT, BLOCK_N, BLOCK_K, CACHE_MODIFIER)
         b_scales = _b_scales(bs_ptrs, (K - k_left) // 32, k_left, EVEN_K, B_LAYOUT, BLOCK_N, BLOCK_K, CACHE_MODIFIER)
         acc = tl.dot_scaled(a_codes, a_scales, "e2m1", b_codes.T, b_scales, "e2m1", acc)
+        a_top = tl.maximum(a_top, a_scales)
+        b_top = tl.maximum(b_top, b_scales)
         if A_PREQUANTIZED:
             a_ptrs += BLOCK_K // 2
             a_scale_ptrs += BLOCK_K // 32
@@ -257,6 +348,11 @@ def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, c_ptr, partial_ptr, cou
             b_ptrs += BLOCK_K // 2
         if B_LAYOUT != B_GATHER:
             bs_ptrs += BLOCK_K
+    if _beyond_fast_range(tl.max(tl.max(a_top, axis=1), axis=0), tl.max(tl.max(b_top, axis=1), axis=0), K):
+        cols_n = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+        acc = _exact_partial(a_ptr, a_scale_ptr, b_ptr, bs_ptr, rows, cols_n, k_begin,
+                             tl.minimum(k_begin + steps * BLOCK_K, K), K, scale_cols_padded,
+                             A_PREQUANTIZED, B_LAYOUT, BLOCK_M, BLOCK_N)
     out_rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     out_cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     c_ptrs = c_ptr + out_rows[:, None].to(tl.int64) * N + out_cols[None, :]

@@ -50,14 +50,16 @@ def loop_bodies(asm: str):
 
 
 def isa_stats(asm: str) -> dict:
-    """The K loop (the one loop holding scaled MFMAs) and the kernel's resources, per wave."""
-    with_mfma = [body for body in loop_bodies(asm) if any(op.startswith("v_mfma") for op in body)]
+    """The K loop (the one loop holding scaled MFMAs) and the kernel's resources, per wave. (The
+    exact fallback after the K loop has a loop of fp32 MFMAs of its own: not the K loop.)"""
+    with_mfma = [body for body in loop_bodies(asm) if MFMA in body]
     body = with_mfma[0] if len(with_mfma) == 1 else []
     return dict(
         loops_with_mfma=len(with_mfma),
         loop_mfma=sum(op == MFMA for op in body),
         loop_other_mfma=sum(op.startswith("v_mfma") and op != MFMA for op in body),
         loop_valu=sum(op.startswith("v_") and not op.startswith("v_mfma") for op in body),
+        loop_lane_moves=sum(op in ("v_writelane_b32", "v_readlane_b32") for op in body),  # SGPR spills land there
         kernel_mfma=sum(line.strip().startswith(MFMA) for line in asm.splitlines()),
         vgprs=_meta(asm, "vgpr_count"), agprs=_meta(asm, "agpr_count"), sgprs=_meta(asm, "sgpr_count"),
         vgpr_spills=_meta(asm, "vgpr_spill_count"), sgpr_spills=_meta(asm, "sgpr_spill_count"),
