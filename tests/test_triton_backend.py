@@ -1,11 +1,14 @@
 """The Triton dot_scaled backend.
 
 CPU: ahead-of-time compiles for gfx950 (the AMDGCN must use the scaled MFMA) and for sm_90 (PTX),
-the chunked B layouts' index math replayed in torch, plans and candidates, and the fused
-quantization bit-exact in Triton's interpreter (golden vectors; NaN/inf blocks against spec.py).
+the chunked B layouts' index math replayed in torch, plans and candidates, the fused
+quantization bit-exact in Triton's interpreter (golden vectors; NaN/inf blocks against spec.py),
+and the exact fallback for scales at the top of the range in the interpreter (dequantization bit
+for bit on extreme scale bytes, the range test, the fallback's tile against the spec's fp32 GEMM).
 GPU (@pytest.mark.gpu): task and odd shapes against the spec's reference GEMM, split-K plans,
 poisoned scale padding, every gfx950 and sm_90 candidate of the task shapes, NaN/inf/denormal
-blocks (quantization bit for bit, GEMM NaN positions), and the golden vectors.
+blocks (quantization bit for bit, GEMM NaN positions), inf operands and huge blocks next to NaN
+blocks (the exact fallback), B scale bytes 253..255, and the golden vectors.
 (tests/test_triton_gfx950.py checks every gfx950 candidate's AMDGCN.)
 """
 
@@ -159,6 +162,132 @@ def test_fused_quantization_is_bit_exact_in_the_interpreter():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
+_EXACT_FALLBACK_CHECK = r"""
+import torch, triton, triton.language as tl
+from mxfp4_mm import spec, triton_kernels as tk
+
+EXTREME_BYTES = (0, 1, 126, 127, 128, 252, 253, 254, 255)
+
+
+@triton.jit
+def dequantize_kernel(codes_ptr, scales_ptr, out_ptr, ROWS: tl.constexpr, COLS: tl.constexpr):
+    r = tl.arange(0, ROWS)[:, None]
+    codes = tl.load(codes_ptr + r * (COLS // 2) + tl.arange(0, COLS // 2)[None, :])
+    scales = tl.load(scales_ptr + r * (COLS // 32) + tl.arange(0, COLS // 32)[None, :])
+    tl.store(out_ptr + r * COLS + tl.arange(0, COLS)[None, :], tk.dequantize_mxfp4_tile(codes, scales, ROWS, COLS))
+
+
+@triton.jit
+def range_kernel(a_ptr, b_ptr, k_ptr, out_ptr, SIZE: tl.constexpr):
+    i = tl.arange(0, SIZE)
+    flag = tk._beyond_fast_range(tl.load(a_ptr + i), tl.load(b_ptr + i), tl.load(k_ptr + i))
+    tl.store(out_ptr + i, flag.to(tl.int32))
+
+
+@triton.jit
+def exact_tile_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, out_ptr, M, N, K, scale_cols_padded,
+                      k_begin: tl.constexpr, k_end: tl.constexpr,  # the interpreter ranges over Python ints only
+                      A_PREQUANTIZED: tl.constexpr, B_LAYOUT: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr):
+    rows = tl.arange(0, BLOCK_M) % M
+    cols = tl.arange(0, BLOCK_N) % N
+    acc = tk._exact_partial(a_ptr, a_scale_ptr, b_ptr, bs_ptr, rows, cols, k_begin, k_end, K, scale_cols_padded,
+                            A_PREQUANTIZED, B_LAYOUT, BLOCK_M, BLOCK_N)
+    tl.store(out_ptr + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :], acc)
+
+
+def check_dequantize():
+    # All 16 codes under each extreme scale byte (and a few others), bit for bit, NaN where the spec has NaN.
+    rows = 16
+    scale_bytes = torch.tensor(EXTREME_BYTES + (2, 64, 125, 129, 200, 250, 251), dtype=torch.uint8)
+    packed = spec.pack_nibbles(torch.arange(16, dtype=torch.uint8).repeat(rows, 2))
+    scales = scale_bytes[:, None].contiguous()
+    out = torch.empty(rows, 32)
+    dequantize_kernel[(1,)](packed, scales, out, ROWS=rows, COLS=32)
+    want = spec.dequantize_mxfp4(packed, scales)
+    assert torch.equal(out.isnan(), want.isnan())
+    keep = ~want.isnan()
+    assert torch.equal(out[keep].view(torch.int32), want[keep].view(torch.int32))
+    # 4 x 2^126 and up is inf; at byte 254, 2 x 2^127 and up.
+    assert out[scale_bytes == 253].isinf().sum() == 8 and out[scale_bytes == 254].isinf().sum() == 16
+
+
+def check_fast_range():
+    # Flagged: bytes 253..255 and any pair whose K-long sums of products can reach 2^128;
+    # never flagged: ordinary data.
+    a, b = torch.meshgrid(torch.arange(256, dtype=torch.int32), torch.arange(256, dtype=torch.int32), indexing="ij")
+    size = 256 * 256
+    for k in (64, 128, 1000, 7168, 2 ** 20):
+        out = torch.empty(size, dtype=torch.int32)
+        range_kernel[(1,)](a.flatten().to(torch.uint8), b.flatten().to(torch.uint8),
+                           torch.full((size,), k, dtype=torch.int32), out, SIZE=size)
+        flagged = out.view(256, 256).bool()
+        largest_sum = 36.0 * 2.0 ** ((a - 127) + (b - 127)).double() * k
+        assert flagged[a >= 253].all() and flagged[b >= 253].all()
+        assert flagged[largest_sum >= 2.0 ** 128].all()
+        assert not flagged[(a <= 140) & (b <= 140)].any()
+        assert flagged[(a == 250) & (b == 127)].all()  # a huge A block against ordinary B
+
+
+def extreme_operands(m, n, k, gen):
+    # inf operands after dequantization (A: inf, bf16 max; B: bytes 253..254), NaN blocks, a B
+    # NaN scale, huge and tiny blocks -- but no finite product reaching 2^128: its fp32 result
+    # depends on FMA contraction and order (the spec's GEMM leaves that to the device's matmul).
+    a = torch.randn((m, k), generator=gen).bfloat16()
+    a[0, 34] = float("nan")
+    a[0, 37] = float("inf")                                        # block 1: byte 254, inf at 37
+    a[1, 64:96] = (a[1, 64:96].float() * 2.0 ** 112).bfloat16()    # a huge finite block
+    a[1, 100] = float("nan")
+    a[2, 70] = -torch.finfo(torch.bfloat16).max                     # -inf after dequantization
+    a[:, 224:288] = (a[:, 224:288].float() * 2.0 ** -8).bfloat16()  # small where B is huge
+    b_codes = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=gen)
+    b_scales = torch.randint(118, 130, (n, k // 32), dtype=torch.uint8, generator=gen)
+    for row, (col, byte) in enumerate(((3, 0), (4, 1), (5, 126), (3, 127), (4, 128), (7, 252), (8, 253),
+                                       (7, 254), (8, 255))):
+        b_scales[row + 3, col] = byte
+    return a, b_codes, b_scales
+
+
+def check_exact_partial():
+    # The fallback's tile against the spec's fp32 GEMM on its K range: every B layout, A from bf16
+    # and pre-quantized, rows and columns past M / N wrapped.
+    gen = torch.Generator().manual_seed(7)
+    m, n, k, k_begin, k_end = 3, 48, 320, 32, 288
+    a, b_codes, b_scales = extreme_operands(m, n, k, gen)
+    a_codes, a_scales = spec.quantize_mxfp4(a)
+    want = (spec.dequantize_mxfp4(a_codes, a_scales)[:, k_begin:k_end]
+            @ spec.dequantize_mxfp4(b_codes, b_scales)[:, k_begin:k_end].T)
+    assert want.isnan().any() and want.isinf().any() and want.isfinite().any()
+    b_scale_sh = spec.e8m0_shuffle(b_scales)
+    for b_layout, b in ((0, b_codes), (1, b_codes), (2, spec.shuffle_weight(b_codes))):
+        for prequantized in (False, True):
+            out = torch.empty(4, 64)
+            operands = (a_codes, a_scales) if prequantized else (a, a)
+            exact_tile_kernel[(1,)](*operands, b, b_scale_sh, out, m, n, k, b_scale_sh.shape[1], k_begin, k_end,
+                                    A_PREQUANTIZED=prequantized, B_LAYOUT=b_layout, BLOCK_M=4, BLOCK_N=64)
+            bits = out.view(torch.int32)
+            assert torch.equal(bits[m], bits[0]) and torch.equal(bits[:m, n:], bits[:m, :16]), (b_layout, prequantized)
+            got = out[:m, :n]
+            assert torch.equal(got.isnan(), want.isnan()), (b_layout, prequantized)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=0, equal_nan=True)
+
+
+check_dequantize()
+check_fast_range()
+check_exact_partial()
+print("ok")
+"""
+
+
+def test_exact_fallback_in_the_interpreter(tmp_path):
+    script = tmp_path / "exact_fallback_check.py"  # a file: @triton.jit reads its functions' source
+    script.write_text(_EXACT_FALLBACK_CHECK)
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-W", "ignore", str(script)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
 # ---- on the GPU -----------------------------------------------------------------------------
 
 TASK_SHAPES = [(8, 2112, 7168), (16, 3072, 1536), (64, 3072, 1536), (256, 2880, 512),
@@ -298,3 +427,83 @@ def test_nan_and_inf_rows_match_the_reference(plan):
     ref = reference_output(tuple(data))
     assert torch.equal(out.isnan().cpu(), ref.isnan().cpu())
     assert_harness_close(out, ref)
+
+
+# ---- scales at the top of the range: the exact fallback -----------------------------------------
+
+def _assert_matches_the_spec(out, ref, label):
+    """NaN for NaN, inf for inf (with its sign), the rest within the harness tolerance."""
+    nan_differs = (out.isnan() != ref.isnan()).cpu()
+    assert not nan_differs.any(), (label, nan_differs.nonzero()[:8].tolist(), out.cpu()[nan_differs][:8].tolist())
+    assert_harness_close(out, ref)
+
+
+def _spec_output(a, b_q, b_scales):
+    """C from operands given directly, and the (A, B_q, B_shuffle, B_scale_sh) a runner takes."""
+    return spec.reference_gemm(a, b_q, b_scales), (a, b_q, spec.shuffle_weight(b_q), spec.e8m0_shuffle(b_scales))
+
+
+def _outputs(plans, operands):
+    a, b_q, b_shuffle, b_scale_sh = (t.cuda() for t in operands)
+    (m, k), n = a.shape, b_q.shape[0]
+    for plan in plans:
+        runner = triton_backend.make_runner(m, n, k, a.device, plan)
+        yield triton_backend.plan_label(runner.plan), runner(a, b_q, b_shuffle, b_scale_sh)
+
+
+@pytest.mark.gpu
+def test_an_inf_in_a_nan_block_gives_the_specs_nan_where_b_is_zero():
+    """Found by the extremes property test (1, 256, 1024): A's block holds NaNs (scale byte 254),
+    an inf (code 6: 6 x 2^127 = inf in fp32) and huge elements that quantize to 0. The spec gives
+    inf x 0 = NaN where B's code at the inf is 0, +-inf elsewhere; dot_scaled gave inf there."""
+    gen = torch.Generator().manual_seed(1)
+    m, n, k = 1, 256, 1024
+    a = torch.randn((m, k), generator=gen).bfloat16()
+    block = a[0, :32].float().clamp(-1.9, 1.9) * 2.0 ** 124  # |q| < 0.25: code 0 under byte 254
+    block[[4, 11, 30]] = float("nan")
+    block[17] = float("inf")
+    a[0, :32] = block.bfloat16()
+    b_q, b_scales = spec.quantize_mxfp4(torch.randn((n, k), generator=gen).bfloat16())
+    ref, operands = _spec_output(a, b_q, b_scales)
+    assert ref.isnan().any() and ref.isinf().any()
+    plans = [None, triton_backend.Plan(16, 64, 256, 1, 4, 2), triton_backend.Plan(16, 64, 128, 4, 4, 2),
+             triton_backend.Plan(16, 128, 512, 2, 4, 1, b_layout="shuffled"),
+             triton_backend.Plan(8, 128, 512, 1, 8, 1, 2, 1, ".cg", "vector")]
+    for label, out in _outputs(plans, operands):
+        _assert_matches_the_spec(out, ref.cuda(), label)
+
+
+@pytest.mark.gpu
+def test_a_huge_block_next_to_a_nan_block_matches_the_spec():
+    """Found by the extremes property test (1, 32, 128): block 0 huge (scale byte 250, values up
+    to 2^126), block 1 NaN (byte 254, codes 0). B is small enough that no product reaches 2^128
+    (beyond that the spec's fp32 result depends on the device's FMA use and summation order)."""
+    gen = torch.Generator().manual_seed(2)
+    m, n, k = 1, 32, 128
+    a = torch.randn((m, k), generator=gen).bfloat16()
+    a[0, :32] = (a[0, :32].float() * 2.0 ** 124).bfloat16()
+    a[0, 45] = float("nan")
+    b_q, b_scales = spec.quantize_mxfp4((torch.randn((n, k), generator=gen) * 2.0 ** -4).bfloat16())
+    ref, operands = _spec_output(a, b_q, b_scales)
+    assert spec.quantize_mxfp4(a)[1][0, :2].tolist() == [250, 254]
+    assert ref.isfinite().all() and ref.float().abs().max() > 2.0 ** 120
+    plans = [None, triton_backend.Plan(16, 32, 128, 1, 4, 2), triton_backend.Plan(16, 64, 128, 1, 4, 2)]
+    for label, out in _outputs(plans, operands):
+        _assert_matches_the_spec(out, ref.cuda(), label)
+
+
+@pytest.mark.gpu
+def test_b_scale_bytes_253_to_255_match_the_spec():
+    """B blocks with scale bytes 253 and 254 (inf values) and 255 (NaN), against small A there."""
+    gen = torch.Generator().manual_seed(3)
+    m, n, k = 3, 64, 512
+    a = torch.randn((m, k), generator=gen).bfloat16()
+    a[:, 256:] = (a[:, 256:].float() * 2.0 ** -8).bfloat16()
+    b_q, b_scales = spec.quantize_mxfp4(torch.randn((n, k), generator=gen).bfloat16())
+    b_scales[5, 9], b_scales[6, 10], b_scales[7, 11], b_scales[8, 12] = 252, 253, 254, 255
+    ref, operands = _spec_output(a, b_q, b_scales)
+    assert ref[:, 8].isnan().all() and (ref[:, 6].isinf() | ref[:, 6].isnan()).all()
+    plans = [None, triton_backend.Plan(16, 64, 256, 2, 4, 2),
+             triton_backend.Plan(16, 64, 512, 1, 4, 1, b_layout="shuffled")]
+    for label, out in _outputs(plans, operands):
+        _assert_matches_the_spec(out, ref.cuda(), label)
