@@ -26,6 +26,20 @@ __device__ __forceinline__ void arch_block_barrier() {
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
 }
 
+// Whether `value` holds in any thread of the block (every thread must call it, once per kernel): a
+// ballot per wave into one LDS word per wave, then a block barrier.
+template <int WAVES>
+__device__ __forceinline__ bool arch_block_any(bool value) {
+  __shared__ u32 wave_votes[WAVES];
+  const bool wave_any = __builtin_amdgcn_ballot_w64(value) != 0;
+  if (arch_lane_id() == 0) wave_votes[arch_wave_id()] = wave_any;
+  arch_block_barrier();
+  u32 any = 0;
+#pragma unroll
+  for (int w = 0; w < WAVES; ++w) any |= wave_votes[w];
+  return any != 0;
+}
+
 // Per 16-bit half, the unsigned max (v_pk_max_u16).
 __device__ __forceinline__ u32 arch_max_u16x2(u32 a, u32 b) {
   return __builtin_bit_cast(u32, __builtin_elementwise_max(__builtin_bit_cast(u16x2_, a), __builtin_bit_cast(u16x2_, b)));

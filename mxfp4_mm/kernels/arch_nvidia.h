@@ -68,6 +68,8 @@ __device__ __forceinline__ u32 arch_cvt_scalef32_pk_fp4_bf16(u32 old, u32 bf16_p
 }
 
 __device__ __forceinline__ void arch_block_barrier() { __syncthreads(); }
+template <int WAVES>
+__device__ __forceinline__ bool arch_block_any(bool value) { return __syncthreads_or(value) != 0; }
 __device__ __forceinline__ void arch_schedule_barrier() {}
 __device__ __forceinline__ void arch_fence_release_device() { __threadfence(); }
 __device__ __forceinline__ void arch_fence_acquire_device() { __threadfence(); }

@@ -9,6 +9,13 @@
 // block writes an fp32 partial, and the last block to arrive at the tile counter sums the partials in
 // split order (deterministic), writes C and resets the counter.
 //
+// Exact fallback: the spec's reference dequantizes to fp32 and multiplies there, so a dequantized value
+// or a product past the fp32 range is +-inf (inf * 0 and inf - inf: NaN), while the scaled MFMA scales
+// a block's exact dot product with a wider range. Each lane tracks the largest scale byte its MFMAs use
+// (one packed max per A or B scale dword, plus a shift for some); a block where a value or product could
+// leave the fp32 range (or A holds NaN/inf) recomputes its tile or split-K partial in scalar fp32 as the
+// spec does (exact_tile: a cold function of its own, so the fast path's code stays as it was).
+//
 // The hardware is reached only through the arch layer: arch_gfx950.h, or arch_nvidia.h, which emulates
 // wave64 and the scaled MFMA so this same source runs on NVIDIA for verification.
 #include "hip_prelude.h"
@@ -17,6 +24,7 @@
 #else
 #include "arch_nvidia.h"
 #endif
+#include "mxfp4_exact.h"
 
 namespace mxfp4 {
 
@@ -107,6 +115,9 @@ struct Shape {
   // Step u reads chunk column c = u * GROUPS + group: scale dword (c % 4) / GROUPS, byte 2 * (c / 4).
   template <int U> static constexpr int SCALE_WORD = (U * GROUPS % 4) / GROUPS;
   template <int U> static constexpr int SCALE_BYTE = 2 * (U * GROUPS / 4);
+  // Byte of the A scale dword holding step u's scale: bytes 1 and 3 with 2 steps (the high bytes of
+  // the 16-bit halves, ready for the range check's packed max), 0..3 with 4.
+  template <int U> static constexpr int A_SCALE_BYTE = STEPS == 2 ? 2 * U + 1 : U;
 };
 
 template <int MFMA> struct AccOf;
@@ -160,8 +171,18 @@ struct LaneOffsets {
   static constexpr u32 SCALE_CHUNK = 256, SCALE_WORD = S::GROUPS * 64;
 
   u32 a[SUB_M], b[SUB_N], scale[SUB_N], scale_shift[SUB_N];
+  int n_rows_left;  // N - n0, block-uniform
+  bool whole_tiles_n;  // N % BLOCK_N == 0 (a compile-time constant in a specialized build)
 
-  __device__ __forceinline__ LaneOffsets(const Problem& p, int m0, int n0) {
+  // Whether N subtile sn holds real rows (N % 16 == 0: a 16-row subtile is all real or all past N).
+  // Only 16x16 tiles with an even SUB_N need it: their lanes past N read the byte of their own row's
+  // parity from row N-1's dword, which may be padding; elsewhere a clamped row reads its own bytes.
+  __device__ __forceinline__ bool real_subtile_n(int sn) const {
+    return !(MFMA == 16 && SUB_N % 2 == 0) || whole_tiles_n || sn * S::ROWS < n_rows_left;
+  }
+
+  __device__ __forceinline__ LaneOffsets(const Problem& p, int m0, int n0)
+      : n_rows_left(p.N - n0), whole_tiles_n(p.N % (SUB_N * S::ROWS) == 0) {
     const int lane = arch_lane_id(), r = lane % S::ROWS, group = lane / S::ROWS;
 #pragma unroll
     for (int sm = 0; sm < SUB_M; ++sm) {
@@ -244,19 +265,55 @@ __device__ __forceinline__ void load_a_chunk(const Problem& p, const LaneOffsets
 template <int MFMA, int SUB_M, int SUB_N>
 struct Accumulators {
   typename AccOf<MFMA>::type tile[SUB_M][SUB_N];
+  // High byte of each 16-bit half: the largest A and B scale byte this lane's MFMAs used (a packed
+  // 16-bit max keeps the max of the high bytes there, whatever the low bytes hold).
+  u32 scale_bytes;
 };
 
+// The B scale bytes the MFMAs of N subtile SN read from one scale dword (`word`, as loaded), moved to
+// bytes 1 and 3 (the other bytes do not matter). 16x16 tiles with an even SUB_N read bytes SN % 2 and
+// SN % 2 + 2; the others shift the dword down by the row's offset and read bytes 0 and 2.
+template <int MFMA, int SUB_N, int SN>
+__device__ __forceinline__ u32 used_scale_bytes_high(u32 word, u32 shift) {
+  if constexpr (MFMA == 16 && SUB_N % 2 == 0)
+    return SN % 2 ? word : word << 8;
+  else
+    return (word >> shift) << 8;
+}
+
+// Whether a dequantized value or a product of two could leave the fp32 range in the spec's GEMM: a scale
+// byte >= 253 (A: also NaN/inf, byte 254; B: 255 is NaN), or A and B bytes a + b >= 377
+// (6 * 2^(a-127) * 6 * 2^(b-127) >= 2^128). Checked as any byte >= 189 (a + b >= 377 needs one):
+// values of 2^62 and more, far from real data.
+__device__ __forceinline__ bool leaves_fp32_range(u32 scale_bytes) {
+  const u32 low = (scale_bytes >> 8) & 255u, high = scale_bytes >> 24;
+  return (low > high ? low : high) >= 189;
+}
+
 // Quantize the chunk's A blocks and issue its MFMAs (steps with no slice left are skipped: K tail).
+// Also tracks the largest scale byte the chunk's MFMAs use (acc.scale_bytes).
 template <int MFMA, int SUB_M, int SUB_N, class Offsets>
 __device__ __forceinline__ void mfma_chunk(const Offsets& at, int chunk_slices, const u32 (&raw)[SUB_M][Shape<MFMA>::STEPS][16],
                                            const BChunk<MFMA, SUB_N>& b, Accumulators<MFMA, SUB_M, SUB_N>& acc) {
   typedef Shape<MFMA> S;
+  static_for<0, SUB_N>([&](auto subtile) {
+    constexpr int sn = decltype(subtile)::value;
+    if (!at.real_subtile_n(sn)) return;
+#pragma unroll
+    for (int w = 0; w < S::SCALE_WORDS; ++w)
+      acc.scale_bytes =
+          arch_max_u16x2(acc.scale_bytes, used_scale_bytes_high<MFMA, SUB_N, sn>(b.scales[sn][w], at.scale_shift[sn]));
+  });
 #pragma unroll
   for (int sm = 0; sm < SUB_M; ++sm) {
     u32x4 a_codes[S::STEPS];
-    u32 a_scales = 0;  // byte u: scale of step u
-#pragma unroll
-    for (int u = 0; u < S::STEPS; ++u) a_scales |= quantize_block(raw[sm][u], a_codes[u]) << (8 * u);
+    u32 a_scales = 0;  // step u's scale in byte A_SCALE_BYTE<u>
+    static_for<0, S::STEPS>([&](auto step) {
+      constexpr int u = decltype(step)::value;
+      a_scales |= quantize_block(raw[sm][u], a_codes[u]) << (8 * S::template A_SCALE_BYTE<u>);
+    });
+    acc.scale_bytes = arch_max_u16x2(acc.scale_bytes, a_scales);
+    if constexpr (S::STEPS == 4) acc.scale_bytes = arch_max_u16x2(acc.scale_bytes, a_scales << 8);
     static_for<0, S::STEPS>([&](auto step) {
       constexpr int u = decltype(step)::value;
       if (u * S::GROUPS >= chunk_slices) return;
@@ -265,12 +322,12 @@ __device__ __forceinline__ void mfma_chunk(const Offsets& at, int chunk_slices, 
         const u32 word = b.scales[sn][S::template SCALE_WORD<u>];
         // 16-row subtiles of a tile that starts on a multiple of 32: the row's byte, (n%32)/16, is sn%2
         // (rows clamped at N may pick another byte: their columns are never written).
+        constexpr int a_byte = S::template A_SCALE_BYTE<u>, b_byte = S::template SCALE_BYTE<u>;
         if constexpr (MFMA == 16 && SUB_N % 2 == 0)
-          acc.tile[sm][sn] = mfma<MFMA, u, S::template SCALE_BYTE<u> + sn % 2>(a_codes[u], b.codes[sn][u], acc.tile[sm][sn],
-                                                                              a_scales, word);
+          acc.tile[sm][sn] = mfma<MFMA, a_byte, b_byte + sn % 2>(a_codes[u], b.codes[sn][u], acc.tile[sm][sn], a_scales, word);
         else
-          acc.tile[sm][sn] = mfma<MFMA, u, S::template SCALE_BYTE<u>>(a_codes[u], b.codes[sn][u], acc.tile[sm][sn],
-                                                                     a_scales, word >> at.scale_shift[sn]);
+          acc.tile[sm][sn] = mfma<MFMA, a_byte, b_byte>(a_codes[u], b.codes[sn][u], acc.tile[sm][sn], a_scales,
+                                                        word >> at.scale_shift[sn]);
       });
     });
   }
@@ -355,6 +412,47 @@ __device__ __forceinline__ void reduce_waves(const Accumulators<MFMA, SUB_M, SUB
   }
 }
 
+// ---- exact fallback (values past the fp32 range; never taken on real data) --------------------
+
+// The spec's dequantized B value at (n, k): its code in B_shuffle (16x16 panels, SPEC section 3) or
+// row-major B_q, its scale byte in B_scale_sh.
+template <bool B_SHUFFLED>
+__device__ __forceinline__ float exact_b_value(const u8* B, const u8* B_scale_sh, int K, int scale_cols, int n, int k) {
+  const int slice = k / SLICE_K;
+  const long long at = B_SHUFFLED ? (long long)(n / 16) * 8 * K + (n % 16) * 16 + slice * 256 + (k % SLICE_K) / 2
+                                  : (long long)n * (K / 2) + k / 2;
+  const u32 byte = B[at];
+  const long long scale_at = ((((long long)(n / 32) * (scale_cols / 8) + slice / 8) * 4 + slice % 4) * 16 + n % 16) * 4 +
+                             ((slice % 8) / 4) * 2 + (n % 32) / 16;
+  return e2m1_e8m0_value(k & 1 ? byte >> 4 : byte & 15u, B_scale_sh[scale_at]);  // mxfp4_exact.h
+}
+
+// The tile's sums over K slices [slice_begin, slice_end) into `tile`, in plain fp32 as the spec's
+// reference GEMM computes them (dequantized A and B, fp32 products and sums; rows past M are 0).
+template <int BLOCK_M, int BLOCK_N, int THREADS, bool B_SHUFFLED>
+__device__ __attribute__((noinline, cold)) void exact_tile(const u16* A, const u8* B, const u8* B_scale_sh, int N, int K,
+                                                           int scale_cols, int rows, int m0, int n0, int slice_begin,
+                                                           int slice_end, float* tile) {
+  for (int i = arch_thread_id(); i < BLOCK_M * BLOCK_N; i += THREADS) {
+    const int r = i / BLOCK_N, n = n0 + i % BLOCK_N;
+    float sum = 0.0f;
+    for (int slice = slice_begin; slice < slice_end && r < rows && n < N; ++slice) {
+      const u16* block = A + (long long)(m0 + r) * K + slice * SLICE_K;
+      u32 amax = 0;
+      for (int j = 0; j < SLICE_K; ++j) {
+        const u32 magnitude = block[j] & 0x7FFFu;  // NaN patterns sort above inf
+        amax = amax > magnitude ? amax : magnitude;
+      }
+      const int e = block_exponent(amax);  // mxfp4_exact.h
+      for (int j = 0; j < SLICE_K; ++j)
+        sum += quant_dequant(block[j], e) *
+               exact_b_value<B_SHUFFLED>(B, B_scale_sh, K, scale_cols, n, slice * SLICE_K + j);
+    }
+    tile[i] = sum;
+  }
+  arch_block_barrier();
+}
+
 // Write the tile: to C when split_k == 1, else as this split's fp32 partial, and then, in the last
 // block to arrive, the sum of all partials (split order) to C. Each thread owns 4 adjacent columns
 // (N % 16 == 0, so 4 columns are all in range or all out).
@@ -426,7 +524,12 @@ __device__ __forceinline__ void gemm(const Problem& p) {
     mfma_chunk<MFMA, SUB_M, SUB_N>(at, tail_slices, raw, b, acc);
   }
 
-  reduce_waves<MFMA, SUB_M, SUB_N, WAVES>(acc, tile);
+  if (arch_block_any<WAVES>(leaves_fp32_range(acc.scale_bytes)))
+    exact_tile<BLOCK_M, BLOCK_N, 64 * WAVES, B_SHUFFLED>(p.A, p.B, p.B_scale_sh, p.N, p.K, p.scale_cols,
+                                                         min_int(BLOCK_M, p.M - m0), m0, n0, begin * CHUNK_SLICES,
+                                                         min_int(end * CHUNK_SLICES, k_slices), tile);
+  else
+    reduce_waves<MFMA, SUB_M, SUB_N, WAVES>(acc, tile);
   write_tile<BLOCK_M, BLOCK_N, 64 * WAVES>(p, m0, n0, tile);
 }
 
