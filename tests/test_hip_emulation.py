@@ -224,3 +224,87 @@ def test_candidate_through_the_backend_matches_reference(shape, plan):
             assert_harness_close(runner(a, b_q, b_shuffle, poisoned), ref)
         except AssertionError as err:
             raise AssertionError(f"{hip.plan_label(plan)} shape={shape} seed={seed}: {err}") from None
+
+
+# ---- values past the fp32 range: the exact fallback ------------------------------------------------
+
+# Where the spec's fp32 GEMM overflows, the scaled MFMA (a block's exact dot product times 2^(ea+eb),
+# wider range) would not: a block with such a scale byte recomputes its tile in scalar fp32. Each case
+# edits ordinary inputs: A bf16 patterns at (row, col), B codes at (row, col), B scale bytes at (row, block).
+EXTREME_CASES = {
+    "a_inf": dict(a_bits={(0, 3): 0x7F80}),              # A code 6 under 2^127: +inf, NaN where B is 0
+    "a_nan": dict(a_bits={(0, 3): 0x7FC0}),              # scale 2^127, every code 0: the block adds 0
+    "a_neg_max": dict(a_bits={(0, 40): 0xFF7F}),         # bf16 -max rounds up to 2^128: byte 254, -inf
+    "b_scale_252": dict(b_codes={(3, 7): 7}, b_scales={(3, 0): 252}),   # 6 * 2^125 * |a| >= 2^128
+    "b_scale_253": dict(b_codes={(5, 0): 6, (5, 1): 7}, b_scales={(5, 0): 253}),  # 4 * 2^126: inf
+    "b_scale_254": dict(b_codes={(2, 40): 4}, b_scales={(2, 1): 254}),  # 2 * 2^127: inf
+    "b_scale_255": dict(b_scales={(9, 0): 255}),        # NaN: the whole column
+}
+EXTREME_SHAPES = [(1, 16, 64), (17, 80, 576)]
+
+
+def extreme_inputs(m, n, k, seed, a_bits=(), b_codes=(), b_scales=()):
+    """(A, None, B_q, B_shuffle, B_scale_sh) on the GPU: randn A and B (B quantized by the spec) with
+    the case's edits."""
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn((m, k), generator=gen).to(torch.bfloat16)
+    for (row, col), bits in dict(a_bits).items():
+        a.view(torch.int16)[row, col] = bits - (1 << 16 if bits >= 1 << 15 else 0)
+    b_q, b_scale = spec.quantize_mxfp4(torch.randn((n, k), generator=gen).to(torch.bfloat16))
+    codes = spec.unpack_nibbles(b_q)
+    for (row, col), code in dict(b_codes).items():
+        codes[row, col] = code
+    b_q = spec.pack_nibbles(codes)
+    for (row, block), byte in dict(b_scales).items():
+        b_scale[row, block] = byte
+    return a.cuda(), None, b_q.cuda(), spec.shuffle_weight(b_q).cuda(), spec.e8m0_shuffle(b_scale).cuda()
+
+
+def test_extreme_cases_reach_the_reference():
+    """The cases mean what they say: the spec's GEMM is non-finite where a value or product overflows."""
+    for name, edits in EXTREME_CASES.items():
+        ref = reference_output(extreme_inputs(*EXTREME_SHAPES[0], 11, **edits)).cpu()
+        assert bool(ref.isfinite().all()) == (name == "a_nan"), name
+    ref = reference_output(extreme_inputs(*EXTREME_SHAPES[0], 11, **EXTREME_CASES["b_scale_255"])).cpu()
+    assert bool(ref[:, 9].isnan().all()) and bool(ref[:, :9].isfinite().all())
+
+
+@pytest.mark.parametrize("variant", variants(), ids=lambda v: v[0])
+def test_variant_matches_reference_past_the_fp32_range(launchers, variant):
+    for shape in EXTREME_SHAPES:
+        for name, edits in EXTREME_CASES.items():
+            data = extreme_inputs(*shape, 11, **edits)
+            ref = reference_output(data)
+            for split_k in SPLITS:
+                try:
+                    assert_harness_close(run_gemm(launchers[variant[0]], variant, data, split_k), ref)
+                except AssertionError as err:
+                    raise AssertionError(f"{name} shape={shape} split_k={split_k}: {err}") from None
+
+
+def test_ordinary_blocks_beside_an_extreme_one_stay_exact(launchers):
+    """One extreme block in the last K block of one row, every other block ordinary: the other tiles
+    (fast path) and the recomputed one agree with the reference, with split-K partials mixed."""
+    variant = variants()[0]
+    m, n, k = 40, 144, 1344
+    data = extreme_inputs(m, n, k, 12, a_bits={(m - 1, k - 5): 0x7F80})
+    ref = reference_output(data)
+    assert not bool(ref[m - 1].isfinite().any()) and bool(ref[:m - 1].isfinite().all())
+    for split_k in SPLITS:
+        assert_harness_close(run_gemm(launchers[variant[0]], variant, data, split_k), ref)
+
+
+@pytest.mark.parametrize("shape", EXTREME_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_default_plan_matches_reference_past_the_fp32_range(shape):
+    """The backend's first candidate (a specialized build) on the cases the extremes property test found."""
+    from mxfp4_mm import runtime
+    device = torch.device("cuda")
+    if not runtime.is_available(device):
+        pytest.skip("no NVRTC / driver")
+    runner = hip.make_emulated_runner(*shape, device)
+    for name, edits in EXTREME_CASES.items():
+        a, _, b_q, b_shuffle, b_scale_sh = data = extreme_inputs(*shape, 11, **edits)
+        try:
+            assert_harness_close(runner(a, b_q, b_shuffle, b_scale_sh), reference_output(data))
+        except AssertionError as err:
+            raise AssertionError(f"{name} {hip.plan_label(runner.plan)}: {err}") from None
