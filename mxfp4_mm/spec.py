@@ -3,7 +3,7 @@
 `shuffle_weight`) with their inverses, and the reference GEMM.
 
 Pure torch, any device. Every backend is tested against this module, and this
-module is tested against the golden vectors in `shared/golden/`.
+module is tested against the golden vectors in `tests/data/mxfp4_quant.pt` (format: `notes/format.md`).
 """
 
 import torch
@@ -130,7 +130,7 @@ def e8m0_unshuffle(shuffled: torch.Tensor, rows: int, cols: int) -> torch.Tensor
 
 
 def shuffled_scale_index(r: int, c: int, padded_cols: int) -> int:
-    """Flat index of unshuffled scale (r, c) inside the shuffled tensor (SPEC §3)."""
+    """Flat index of unshuffled scale (r, c) inside the shuffled tensor (format.md §3)."""
     return (((((r // 32) * (padded_cols // 8) + c // 8) * 4 + c % 4) * 16 + r % 16) * 2
             + (c % 8) // 4) * 2 + (r % 32) // 16
 

@@ -2,12 +2,12 @@
 
 `mxfp4_gemm_kernel` computes one [BLOCK_M, BLOCK_N] tile of C over one K range (split-K index
 `program_id(1)`). Each K step quantizes a bf16 tile of A to e2m1 codes + e8m0 scales (bit-exact to
-SPEC §2, the same device function as `quantize_kernel`), loads B's packed codes and scales, and
+format.md §2, the same device function as `quantize_kernel`), loads B's packed codes and scales, and
 accumulates with `tl.dot_scaled` (native `v_mfma_scale_f32_16x16x128_f8f6f4` on gfx950, emulated
 through bf16 on Hopper).
 
 B comes in one of three layouts (constexpr B_LAYOUT):
-- GATHER: codes from B_q, scales gathered byte by byte from the shuffled tensor with the SPEC §3
+- GATHER: codes from B_q, scales gathered byte by byte from the shuffled tensor with the format.md §3
   index formula (masked to the logical [N, K/32]: any N % 16, any K % 64).
 - VECTOR: codes from B_q; scales read as whole 256-byte chunks of the shuffled tensor (one 32-row
   group x 256 K) and permuted in registers (N % 32 == 0, BLOCK_K % 256 == 0).
@@ -48,7 +48,7 @@ def _pow2_of_negated(e):
 
 @triton.jit
 def _block_exponent(blocks):
-    """SPEC §2 scale exponent per block of 32, from the magnitudes' bit patterns (integer max:
+    """format.md §2 scale exponent per block of 32, from the magnitudes' bit patterns (integer max:
     a NaN cannot vanish the way it can in a float max). NaN sorts above inf and is taken as inf
     (its payload could carry out of the rounding add), giving e = 127 as spec.py does."""
     magnitude = blocks.to(tl.int32, bitcast=True) & 0x7FFFFFFF
@@ -108,14 +108,14 @@ def dequantize_mxfp4_tile(codes, scales, ROWS: tl.constexpr, COLS: tl.constexpr)
 
 @triton.jit
 def _shuffled_scale_row_offsets(rows, padded_cols):
-    """SPEC §3's flat index of scale (row, col) in e8m0_shuffle's output is a sum of a row part and
+    """format.md §3's flat index of scale (row, col) in e8m0_shuffle's output is a sum of a row part and
     a column part; this is the row part."""
     return (rows // 32) * (padded_cols // 8) * 256 + (rows % 16) * 4 + (rows % 32) // 16
 
 
 @triton.jit
 def _shuffled_scale_col_offsets(cols):
-    """The column part of SPEC §3's flat scale index (see _shuffled_scale_row_offsets)."""
+    """The column part of format.md §3's flat scale index (see _shuffled_scale_row_offsets)."""
     return (cols // 8) * 256 + (cols % 4) * 64 + ((cols % 8) // 4) * 2
 
 

@@ -5,7 +5,7 @@ GPU only (@pytest.mark.gpu): every generic variant x split-K on the task shapes 
 the spec's reference GEMM with the harness tolerance, poisoned scale padding, self-resetting tile
 counters; every HIP candidate (specialized builds included) through the backend's runner on odd shapes
 with poisoned padding, and the leading candidates on the task shapes; the emulated convert against
-SPEC section 3 on every bf16 pattern; the in-kernel A quantization bit-exact against the golden vectors.
+format.md §3 on every bf16 pattern; the in-kernel A quantization bit-exact against the golden vectors.
 """
 
 import re
@@ -148,7 +148,7 @@ def test_in_kernel_quantization_matches_golden(module):
 
 
 def test_emulated_quantization_matches_golden_on_extreme_blocks_too(module):
-    """The emulation follows SPEC section 3 exactly (IEEE, no flush), so it also matches the golden
+    """The emulation follows format.md §3 exactly (IEEE, no flush), so it also matches the golden
     vectors' exact results on extreme blocks, where the hardware may differ."""
     for case in torch.load(GOLDEN)["cases"]:
         codes, scales = quantize_in_kernel(module, case["x"].cuda())
@@ -161,7 +161,7 @@ CONVERT_EXPONENTS = (-127, -126, -125, -100, -3, -1, 0, 1, 4, 100, 125, 126, 127
 
 
 def expected_convert(pairs, exponents, old):
-    """SPEC section 3: codes of bf16 * (1 / 2^e), RNE onto e2m1, saturating; byte i % 4 of old."""
+    """format.md §3: codes of bf16 * (1 / 2^e), RNE onto e2m1, saturating; byte i % 4 of old."""
     inv = spec._pow2_from_exponent(-exponents)
     codes = []
     for half in (pairs & 0xFFFF, pairs >> 16):

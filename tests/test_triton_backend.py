@@ -81,7 +81,7 @@ def test_chunked_b_layouts_index_math_matches_the_spec():
 
 
 def test_gather_scale_offsets_split_into_row_and_column_parts():
-    """The GATHER path adds a per-row and a per-column part; their sum is SPEC §3's index."""
+    """The GATHER path adds a per-row and a per-column part; their sum is format.md §3's index."""
     padded_cols = 24
     for r in range(0, 300, 7):
         for c in range(padded_cols):

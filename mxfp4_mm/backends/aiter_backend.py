@@ -4,7 +4,7 @@ Plan kinds, prior first:
 - "a16wfp4_preshuffle": `gemm_a16wfp4_preshuffle` -- bf16 A quantized inside aiter's Triton GEMM,
   B_shuffle as given (viewed [N/16, 16*K/2]) and the shuffled scales viewed [N_pad/32, 32*cols]
   (the same bytes: aiter's gfx950 scale preshuffle is e8m0_shuffle's layout). The design of the
-  phase-1 winner (SPEC §6), with AMD's tuned configs.
+  phase-1 winner (format.md §6), with AMD's tuned configs.
 - "a16wfp4": `gemm_a16wfp4` on B_q with unshuffled scales (one extra copy per call).
 - "a4w4": the task's reference pipeline: aiter's per-1x32 Triton quant of A (shuffled scales),
   then `gemm_a4w4` on B_shuffle. Two launches per call.

@@ -34,7 +34,7 @@ __device__ __forceinline__ u32 arch_as_u32(float value) { return __float_as_uint
 
 __device__ __forceinline__ u32 arch_max_u16x2(u32 a, u32 b) { return __vmaxu2(a, b); }
 
-// ---- v_cvt_scalef32_pk_fp4_bf16 as SPEC section 3 states it ------------------------------------
+// ---- v_cvt_scalef32_pk_fp4_bf16 as format.md §3 states it ------------------------------------
 
 // 1 / scale, exact for a power of two (normal or the denormal 2^-127) from the bits; the reciprocal
 // of 2^-127 is 2^127, of 2^127 the denormal 2^-127. Any other scale: the IEEE reciprocal.

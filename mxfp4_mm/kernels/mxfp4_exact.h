@@ -1,4 +1,4 @@
-// The MXFP4 format in plain fp32 scalar code (SPEC §2 quantization, e2m1/e8m0 dequantization),
+// The MXFP4 format in plain fp32 scalar code (format.md §2 quantization, e2m1/e8m0 dequantization),
 // exactly as mxfp4_mm/spec.py computes it. Used by mxfp4_gemm_sm90.cu's exact fallback; compiled
 // for the host too (tests/test_exact_header.py checks it against spec.py bit for bit), hence the
 // MXFP4_HD qualifier and the bit-cast helpers.

@@ -1,6 +1,6 @@
 // a4w4 MXFP4 GEMM for gfx950: C[M, N] (bf16) = dequant(quant(A)) @ dequant(B)^T, fp32 accumulation.
 // A (bf16) is quantized inside the kernel with the hardware fp4 convert (v_cvt_scalef32_pk_fp4_bf16,
-// which gives SPEC section 2's codes for a scale 2^e), and fed to the scaled MFMA with its e8m0 scales;
+// which gives format.md §2's codes for a scale 2^e), and fed to the scaled MFMA with its e8m0 scales;
 // B comes pre-quantized with shuffled scales.
 //
 // Work split: grid (tiles_n, tiles_m, split_k), WAVES waves per block. All waves of a block compute the
@@ -47,9 +47,9 @@ __device__ __forceinline__ void static_for(F&& f) {
 
 __device__ __forceinline__ int min_int(int a, int b) { return a < b ? a : b; }
 
-// ---- A quantization (SPEC section 2), one lane = one 32-element block ------------------------
+// ---- A quantization (format.md §2), one lane = one 32-element block ------------------------
 
-// e8m0 scale byte (e + 127, SPEC section 2) from the largest |x| bf16 bit pattern: round the fp32
+// e8m0 scale byte (e + 127, format.md §2) from the largest |x| bf16 bit pattern: round the fp32
 // pattern up (+0x200000, carry into the exponent at 0.75); e = floor(log2) - 2 = field - 129, clamped
 // at -127; a field of 255 (inf/NaN, or rounded past the top binade) gives e = 127, byte 254.
 __device__ __forceinline__ u32 scale_byte(u32 amax_bf16_bits) {
@@ -163,7 +163,7 @@ template <int MFMA, int SUB_M, int SUB_N, bool B_SHUFFLED>
 struct LaneOffsets {
   typedef Shape<MFMA> S;
   static constexpr u32 A_CHUNK = CHUNK_SLICES * SLICE_K * 2, A_STEP = S::GROUPS * SLICE_K * 2;
-  // Slice s of B row n: shuffled (16x16 panels, SPEC section 3) at (n/16)*8K + (n%16)*16 + s*256;
+  // Slice s of B row n: shuffled (16x16 panels, format.md §3) at (n/16)*8K + (n%16)*16 + s*256;
   // row-major B_q at n*K/2 + s*16.
   static constexpr u32 B_SLICE = B_SHUFFLED ? 256 : 16;
   static constexpr u32 B_CHUNK = CHUNK_SLICES * B_SLICE, B_STEP = S::GROUPS * B_SLICE;
@@ -414,7 +414,7 @@ __device__ __forceinline__ void reduce_waves(const Accumulators<MFMA, SUB_M, SUB
 
 // ---- exact fallback (values past the fp32 range; never taken on real data) --------------------
 
-// The spec's dequantized B value at (n, k): its code in B_shuffle (16x16 panels, SPEC section 3) or
+// The spec's dequantized B value at (n, k): its code in B_shuffle (16x16 panels, format.md §3) or
 // row-major B_q, its scale byte in B_scale_sh.
 template <bool B_SHUFFLED>
 __device__ __forceinline__ float exact_b_value(const u8* B, const u8* B_scale_sh, int K, int scale_cols, int n, int k) {

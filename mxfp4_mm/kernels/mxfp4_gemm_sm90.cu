@@ -5,7 +5,7 @@
 // accumulators run over the whole K with no per-block epilogue:
 //   B: a nibble (s,e1,e0,m) placed as bf16 bits s<<15 | e1e0m<<6 is exactly e2m1 * 2^-126
 //      (code 1 = 0.5 becomes a bf16 subnormal); one bf16x2 multiply by 2^(sb-64) scales it.
-//   A: quantized in the CTA (SPEC §2, bit-exact rounding via a magic-number add), stored in
+//   A: quantized in the CTA (format.md §2, bit-exact rounding via a magic-number add), stored in
 //      shared memory as bf16 e2m1 * 2^(sa-127) * 2^63 (exact: two significant bits).
 //   Products are a*b*2^(sa+sb-254): exact in fp32 while both operands are normal bf16, i.e. B
 //   scale bytes in [65, 191] (or 0: an all-zero block) and A block exponents <= 62 (|A| up to
@@ -218,7 +218,7 @@ __device__ __forceinline__ uint4 ldmatrix_x4(u32 addr) {
 }
 #endif
 
-// Flat index of unshuffled scale (r, c) in the shuffled tensor (SPEC §3), split into a row part
+// Flat index of unshuffled scale (r, c) in the shuffled tensor (format.md §3), split into a row part
 // and a column part: index = scale_row_offset(r) + scale_col_offset(c).
 __device__ __forceinline__ int scale_row_offset(int r) {
     return (r >> 5) * SCOLS * 32 + (r & 15) * 4 + ((r & 31) >> 4);
@@ -261,7 +261,7 @@ __device__ __forceinline__ float b_scale_value(u32 s) {
 }
 #endif
 
-// ---- A: SPEC §2 quantization of 8 consecutive values; 4 lanes (xor 8, 16) share a block ----
+// ---- A: format.md §2 quantization of 8 consecutive values; 4 lanes (xor 8, 16) share a block ----
 
 __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
     u32 d;
