@@ -41,8 +41,9 @@ def test_shape_lists():
     assert bench.parse_shapes("1,16,64; 2,32,128") == [(1, 16, 64), (2, 32, 128)]
 
 
-def test_autotune_check_on_cpu_merges_its_section(tmp_path, capsys):
+def test_autotune_check_on_cpu_merges_its_section(tmp_path, capsys, monkeypatch):
     """On the CPU the first call takes the torch backend (no tuning); the section's schema holds."""
+    monkeypatch.delenv("MXFP4_MM_TUNE_BUDGET_S", raising=False)  # the default budget is recorded
     out = tmp_path / "results"
     assert bench.main(["--shapes", "4,32,64", "--reps", "3", "--pool", "2", "--out", str(out), "--device", "cpu"]) == 0
     assert bench.main(["--autotune", "--shapes", "4,32,64;3,48,128", "--reps", "3", "--pool", "2",
