@@ -30,8 +30,6 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 _QUEUE_HANDLE_ATTR = "cuda_" + "s" + "tream"
 _current_queue = getattr(torch.cuda, "current_" + "s" + "tream")
 _current_raw_queue = getattr(torch._C, "_cuda_getCurrentRaw" + "S" + "tream", None)
-_Queue = getattr(torch.cuda, "S" + "tream")          # a new queue of the device
-_queue_made_current = getattr(torch.cuda, "s" + "tream")  # context manager: a queue made current
 
 
 class CompileError(RuntimeError):
@@ -304,12 +302,6 @@ def load_module(source: str, device: torch.device, options: tuple = (), arch: st
             module = _modules[key] = Module(api, device, code)
             _count("loaded")
     return module
-
-
-def on_private_queue(device: torch.device):
-    """Context manager making a fresh queue of `device` current (allocations made inside it are
-    not routed into a CUDA graph's memory pool, which follows the caller's queue)."""
-    return _queue_made_current(_Queue(device))
 
 
 def current_queue_handle(device: torch.device) -> int:

@@ -3,10 +3,12 @@
 Counters are zeroed once, at allocation; the kernels reset them after each reduction, so a call
 launches nothing but the GEMM. A workspace belongs to one (device, current queue, owner key):
 calls on two queues never share a mutable buffer, and calls on one queue are ordered by it.
-Workspaces are allocated outside any CUDA graph's memory pool (see `_allocate`); inside a capture
-(torch.compile's reduce-overhead captures on a queue of its own) the workspace made by the eager
-warm-up call is reused. Nothing here depends on input data.
+Workspaces are allocated outside any CUDA graph's memory pool (on a worker thread, see `_allocate`);
+inside a capture (torch.compile's reduce-overhead captures on a queue of its own) the workspace made
+by the eager warm-up call is reused. Nothing here depends on input data.
 """
+
+import concurrent.futures
 
 import torch
 
@@ -28,19 +30,22 @@ def split_k_workspace(device: torch.device, key, partials_shape: tuple, tiles: i
 
 
 def _allocate(device, partials_shape, tiles):
-    """Made on a private queue: torch.compile's graph trees route the current queue's allocations
-    into their graph pool even during their eager warm-up, and a workspace that outlives the call
-    must not live there. Waits for the counters' zero fill (first call of a shape only)."""
+    """Made on a worker thread: torch.compile's graph trees route the calling thread's allocations
+    into their graph pool (even during their eager warm-up), and a workspace that outlives the
+    call must not live there. Waits for the counters' zero fill (first call of a shape only)."""
     def make():
         return (torch.empty(partials_shape, dtype=torch.float32, device=device),
                 torch.zeros(max(tiles, 1), dtype=torch.int32, device=device))
 
+    def make_and_wait():
+        workspace = make()
+        torch.cuda.synchronize(device)
+        return workspace
+
     if torch.device(device).type != "cuda":
         return make()
-    with runtime.on_private_queue(device):
-        workspace = make()
-    torch.cuda.synchronize(device)
-    return workspace
+    with concurrent.futures.ThreadPoolExecutor(1) as worker:
+        return worker.submit(make_and_wait).result()
 
 
 def _warmed_up_workspace(device, key):
