@@ -113,6 +113,19 @@ def test_chunked_layouts_refuse_shapes_they_cannot_read():
     assert triton_backend.candidates(16, 2112, 7168, torch.device("cpu")) == []
 
 
+def test_the_tuner_is_offered_only_memchecked_layouts(monkeypatch):
+    """gfx950's table plans read B in chunks ("vector"/"shuffled"); until those layouts pass
+    compute-sanitizer memcheck the tuner does not see them, the other plans it does."""
+    class Props:
+        multi_processor_count = 256
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Props())
+    monkeypatch.setattr(triton_backend, "kernel_arch", lambda device: "gfx950")
+    every = triton_backend.candidates_for_arch(16, 2112, 7168, "gfx950", 256)
+    offered = triton_backend.candidates(16, 2112, 7168, torch.device("cuda", 0))
+    assert {p.b_layout for p in every} > {"gather"}
+    assert offered == [p for p in every if p.b_layout in triton_backend.MEMCHECKED_LAYOUTS] and offered
+
+
 def test_split_k_steps_leave_no_empty_split():
     for k_steps in range(1, 40):
         for wanted in range(1, 20):

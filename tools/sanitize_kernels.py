@@ -26,7 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mxfp4_mm import bench  # noqa: E402
 
-ODD_SHAPES = [(1, 16, 192), (3, 48, 64), (17, 16, 320), (17, 48, 576)]
+# Partial M and N tiles and a partial K chunk; the last two have K % 512 == 0 and N % 32 == 0, where
+# the Triton kernel's chunked B layouts ("vector", "shuffled") apply.
+ODD_SHAPES = [(1, 16, 192), (3, 48, 64), (17, 16, 320), (17, 48, 576), (3, 96, 512), (17, 160, 1024)]
 BACKENDS = ("cuda", "hip", "triton")
 
 
@@ -60,11 +62,20 @@ def _hip_plans(hip):
     return [hip_plans.Plan(variant, split_k) for variant in hip.kernel_variants() for split_k in (1, 3)]
 
 
+def _triton_plans(triton_backend, m, n, k, device):
+    """Every Triton plan of both arches' tables and rules that fits (m, n, k), memchecked or not
+    (the AMD-only compile options of the gfx950 plans are left out on NVIDIA; tiles, layouts and
+    split-K are what the sanitizer checks)."""
+    units = torch.cuda.get_device_properties(device).multi_processor_count
+    return [plan for arch in ("sm_90", "gfx950") for plan in triton_backend.candidates_for_arch(m, n, k, arch, units)]
+
+
 def plans_for(name, module, m, n, k, device):
     """(plans, make_runner) of one backend for one shape; plan None = the backend's default."""
     candidates = getattr(module, "candidates", None)
     plans = (list(candidates(m, n, k, device)) if candidates else []) or [None]
-    extra = {"cuda": lambda: _cuda_table_plans(module, m, n, k), "hip": lambda: _hip_plans(module)}.get(name, list)()
+    extra = {"cuda": lambda: _cuda_table_plans(module, m, n, k), "hip": lambda: _hip_plans(module),
+             "triton": lambda: _triton_plans(module, m, n, k, device)}.get(name, list)()
     plans += [p for p in extra if p not in plans]
     make = module.make_emulated_runner if name == "hip" else module.make_runner
     return plans, make

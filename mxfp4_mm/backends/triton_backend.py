@@ -71,11 +71,19 @@ def candidates_for_arch(m: int, n: int, k: int, arch: str, compute_units: int):
     return list(dict.fromkeys(p for p in plans if fits(p, n, k)))
 
 
+# B layouts whose kernels have passed compute-sanitizer memcheck on odd shapes (H200, 2026-12-03,
+# tools/sanitize_kernels.py). A faulting kernel takes the whole process down on AMD GPUs, so the
+# tuner is offered only these; "vector" and "shuffled" join once their memcheck run passes.
+MEMCHECKED_LAYOUTS = ("gather",)
+
+
 def candidates(m: int, n: int, k: int, device: torch.device):
+    """The tuner's candidates: `candidates_for_arch` less the layouts not yet memchecked."""
     if device.type != "cuda":
         return []
     units = torch.cuda.get_device_properties(device).multi_processor_count
-    return candidates_for_arch(m, n, k, kernel_arch(device), units)
+    plans = candidates_for_arch(m, n, k, kernel_arch(device), units)
+    return [plan for plan in plans if plan.b_layout in MEMCHECKED_LAYOUTS]
 
 
 def _compile_options(plan: Plan) -> dict:
