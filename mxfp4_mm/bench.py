@@ -22,8 +22,9 @@ Writes bench/results/<device-slug>.json and, when matplotlib is importable, a PN
 --autotune (GPU) checks the first-use tuner on the 6 benchmark + 4 test shapes: first each shape's
 first call is made as the harness makes it (tuning included; its wall time is tune_s), then every
 candidate the tuner chose from is timed with the method above (exhaustive, same process), and
-`"autotune": {"MxNxK": {"chosen", "chosen_us", "best", "best_us", "tune_s", "candidates"}}` is
-merged into the device's JSON. --cold points the kernel caches at empty folders first.
+`"autotune": {"MxNxK": {"chosen", "chosen_us", "best", "best_us", "tune_s", "candidates"}}` (and the
+run's date, versions and budget under "autotune_run") is merged into the device's JSON. --cold points
+the kernel caches at empty folders first.
 """
 
 import argparse
@@ -346,9 +347,10 @@ def run_autotune(args, device):
     report = autotune_check(shapes, args.reps or 50, args.pool or 4, device)
     json_path = args.out / f"{device_slug(device_description(device))}.json"
     existing = json.loads(json_path.read_text()) if json_path.exists() else {"device": device_description(device)}
-    existing["autotune"] = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                            "torch": versions()[0], "triton": versions()[1], "cold": bool(args.cold),
-                            "budget_s": autotune.budget_s(), "shapes": report}
+    existing["autotune"] = report  # {"MxNxK": {"chosen", "chosen_us", "best", "best_us", "tune_s", ...}}
+    existing["autotune_run"] = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                                "torch": versions()[0], "triton": versions()[1], "cold": bool(args.cold),
+                                "budget_s": autotune.budget_s()}
     args.out.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(existing, indent=1))
     print(autotune_table(report))

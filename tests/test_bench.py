@@ -50,10 +50,10 @@ def test_autotune_check_on_cpu_merges_its_section(tmp_path, capsys, monkeypatch)
                        "--out", str(out), "--device", "cpu"]) == 0
     report = json.loads(next(out.glob("*.json")).read_text())
     assert "results" in report  # the normal bench's results are kept
-    section = report["autotune"]
-    assert section["budget_s"] > 0 and section["cold"] is False
-    assert set(section["shapes"]) == {"4x32x64", "3x48x128"}
-    for row in section["shapes"].values():
+    section, run = report["autotune"], report["autotune_run"]
+    assert run["budget_s"] > 0 and run["cold"] is False
+    assert set(section) == {"4x32x64", "3x48x128"}
+    for row in section.values():
         assert row["chosen"] == row["best"] == "torch:default" and row["candidates"] == 1
         assert row["chosen_us"] == row["best_us"] > 0 and row["tune_s"] > 0 and row["wrong"] == []
     assert "chosen / best" in capsys.readouterr().out
