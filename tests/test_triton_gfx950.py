@@ -14,7 +14,7 @@ The MFMA check, defined:
   waves x loop-body MFMAs == work. More means waves compute the same sub-tile (replicated waves);
   fewer would mean the loop is not the K loop we think it is.
 Compiles are deduplicated by what reaches the compiler (plan, split-K or not, N and K divisibility,
-K % BLOCK_K) and run once per session on two processes.
+K % BLOCK_K) and run once per pytest run, on two processes.
 """
 
 import sys
