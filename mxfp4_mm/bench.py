@@ -6,7 +6,7 @@
     python -m mxfp4_mm.bench --plot-only bench/results/nvidia-h200.json
     python -m mxfp4_mm.bench --autotune [--cold]  # first-use tuning vs an exhaustive sweep (GPU)
 
-Method (GPU), per repetition: synchronize, flush the L2 by writing a 512 MB buffer, record a
+Method (GPU), per repetition: synchronize, flush the caches by writing max(2 x L2, 512 MB), record a
 start event, make one call, record an end event, synchronize. Every repetition takes the next
 input set from a pool generated up front, and the paths are interleaved repetition by repetition,
 so drift hits them alike. On the CPU the same loop runs with host timers and no flush.
@@ -46,7 +46,6 @@ BENCHMARK_SHAPES = [(4, 2880, 512), (16, 2112, 7168), (32, 4096, 512), (32, 2880
                     (64, 7168, 2048), (256, 3072, 1536)]
 BENCHMARK_SEEDS = [4565, 15, 457, 54, 687, 7856]
 TEST_SHAPES = [(8, 2112, 7168), (16, 3072, 1536), (64, 3072, 1536), (256, 2880, 512)]
-FLUSH_BYTES = 512 * 1024 * 1024
 FLOOR = "floor"
 BASELINE_NOTES = {
     "torch": "torch backend: spec quant of A + dequant + fp32 matmul",
@@ -92,40 +91,26 @@ def reference(data):
     return spec.reference_gemm(a, b_q, spec.e8m0_unshuffle(b_scale_sh, b_q.shape[0], a.shape[1] // 32))
 
 
-def harness_close(out, ref):
-    """The harness's check: |out - ref| <= 1e-2 + 1e-2*|ref|, NaN/inf matching."""
-    out, ref = out.float(), ref.float()
-    close = (out - ref).abs() <= 1e-2 + 1e-2 * ref.abs()
-    same_special = (out.isnan() & ref.isnan()) | (out.isinf() & (out == ref))
-    return bool((close | same_special).all())
+harness_close = autotune.harness_close
 
 
 # ---- timing ---------------------------------------------------------------------------------
 
 class Timer:
-    """One call between two events with the L2 flushed before (GPU), or between host clocks (CPU)."""
+    """One call between two events with the caches flushed before (GPU: the tuner's EventTimer, so
+    the bench and the tuner time alike), or between host clocks (CPU)."""
 
     def __init__(self, device):
-        self.device = device
         self.on_gpu = device.type == "cuda"
-        if self.on_gpu:
-            self.flush_buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
-            self.start = torch.cuda.Event(enable_timing=True)
-            self.end = torch.cuda.Event(enable_timing=True)
+        self.events = autotune.EventTimer(device) if self.on_gpu else None
 
     def time_us(self, call):
         """(output, µs) of one call."""
-        if not self.on_gpu:
-            begin = time.perf_counter()
-            out = call()
-            return out, (time.perf_counter() - begin) * 1e6
-        torch.cuda.synchronize(self.device)
-        self.flush_buffer.fill_(1)
-        self.start.record()
+        if self.on_gpu:
+            return self.events.time_us(call)
+        begin = time.perf_counter()
         out = call()
-        self.end.record()
-        torch.cuda.synchronize(self.device)
-        return out, self.start.elapsed_time(self.end) * 1e3
+        return out, (time.perf_counter() - begin) * 1e6
 
 
 def stats(samples):
