@@ -72,9 +72,9 @@ def candidates_for_arch(m: int, n: int, k: int, arch: str, compute_units: int):
 
 
 # B layouts whose kernels have passed compute-sanitizer memcheck on odd shapes (H200, 2026-12-03,
-# tools/sanitize_kernels.py). A faulting kernel takes the whole process down on AMD GPUs, so the
-# tuner is offered only these; "vector" and "shuffled" join once their memcheck run passes.
-MEMCHECKED_LAYOUTS = ("gather",)
+# tools/sanitize_kernels.py; both arches' plans). A faulting kernel takes the whole process down on
+# AMD GPUs, so the tuner is offered only these.
+MEMCHECKED_LAYOUTS = ("gather", "vector", "shuffled")
 
 
 def candidates(m: int, n: int, k: int, device: torch.device):
