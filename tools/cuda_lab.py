@@ -15,6 +15,9 @@ repetition by repetition so drift hits them alike, medians.
     python3 tools/cuda_lab.py host [--calls 2000]
         Eager host cost per call, back to back without flush: custom_kernel (validation + dispatch +
         launch) vs the bare runner vs one torch.mm of the same size.
+    python3 tools/cuda_lab.py pipe [--max-plans 8]
+        The v9 pipe plans (kernels/mxfp4_gemm_sm90_pipe.cu) of each shape against the table's plan
+        and cuBLAS bf16 on pre-dequantized operands (bf16_matmul); every plan checked once.
     python3 tools/cuda_lab.py once 16,2112,7168 [--plan PLAN]
         One call of one shape, for a profiler: ncu -k mxfp4_gemm -c 1 python3 tools/cuda_lab.py once ...
 
@@ -222,6 +225,38 @@ def host(args, device, timer):
     write_json(args.out, {"device": torch.cuda.get_device_name(device), "rows": rows})
 
 
+def pipe(args, device, timer):
+    """Pipe plans vs the table's plan vs bf16_matmul, interleaved, per shape (sm_90 only)."""
+    from mxfp4_mm.tables import cuda_plans
+    rows, totals = [], {}
+    for (m, n, k), _ in parse_work(args.shapes, ""):
+        case = bench.Case(m, n, k, 100, POOL, device)
+        plans = cuda_plans.pipe_plans(m, n, k, cuda.compute_units(device))[: args.max_plans]
+        cuda.prepare(m, n, k, device, plans)
+        runners = {"table " + cuda.plan_label(cuda.plan_for(m, n, k, device)): cuda.make_runner(m, n, k, device)}
+        runners.update({cuda.plan_label(plan): cuda.make_runner(m, n, k, device, plan) for plan in plans})
+        correct = {name: bench.harness_close(run(*runner_args(case.inputs[0])), case.references[0])
+                   for name, run in runners.items()}
+        calls = {name: (lambda run: lambda i: run(*runner_args(case.inputs[i])))(run) for name, run in runners.items()}
+        calls["bf16_matmul"] = bench.baseline_paths(case)["bf16_matmul"]
+        samples = {name: [] for name in calls}
+        for rep in range(args.reps):
+            for name, call in calls.items():
+                samples[name].append(timer.time_us(lambda: call(rep % POOL))[1])
+        medians = {name: statistics.median(values) for name, values in samples.items()}
+        best_pipe = min((us for name, us in medians.items() if name.startswith("p.") and correct[name]), default=None)
+        for key, us in (("table", next(us for name, us in medians.items() if name.startswith("table"))),
+                        ("best pipe", best_pipe), ("bf16_matmul", medians["bf16_matmul"])):
+            totals.setdefault(key, []).append(us)
+        rows.append({"shape": [m, n, k], "us": medians, "correct": correct})
+        print(f"{m}x{n}x{k}", flush=True)
+        for name, us in sorted(medians.items(), key=lambda item: item[1]):
+            verdict = "" if name not in correct else " ok" if correct[name] else " WRONG"
+            print(f"    {name:28s} {us:8.2f}{verdict}", flush=True)
+    print("geomean: " + "   ".join(f"{key} {bench.geomean(values):.2f}" for key, values in totals.items()))
+    write_json(args.out, rows)
+
+
 def once(args, device, timer):
     m, n, k = parse_shape(args.shape)
     plan = cuda.Plan(*parse_shape(args.plan)) if args.plan else None
@@ -248,6 +283,7 @@ def parser():
         "ab": (ab, "this kernel source against another version"),
         "options": (options, "compile-time option sets against the default build"),
         "host": (host, "eager host cost per call"),
+        "pipe": (pipe, "v9 pipe plans vs the table plan vs bf16_matmul"),
         "once": (once, "one call of one shape (for a profiler)"),
     }
     for name, (function, text) in commands.items():
@@ -261,6 +297,7 @@ def parser():
     sub.choices["options"].add_argument("--option", action="append", required=True,
                                         help="an option set, e.g. --option=-DB_LATE=0 (repeatable)")
     sub.choices["host"].add_argument("--calls", type=int, default=2000)
+    sub.choices["pipe"].add_argument("--max-plans", type=int, default=8, help="pipe plans per shape")
     sub.choices["once"].add_argument("shape", help="M,N,K")
     sub.choices["once"].add_argument("--plan", help="PLAN fields (default: the table's)")
     sub.choices["once"].add_argument("--options", default="", help="-D flags, space-separated")

@@ -1,4 +1,6 @@
-"""CUDA backend (Hopper, sm_90+): one launch of `kernels/mxfp4_gemm_sm90.cu` per call.
+"""CUDA backend (Hopper, sm_90+): one launch of `kernels/mxfp4_gemm_sm90.cu` per call, or, for a
+PipePlan (sm_90a), of `kernels/mxfp4_gemm_sm90_pipe.cu` (v9: chunk-pipelined wgmma, both operands
+from shared memory).
 
 The kernel quantizes A itself, reads B codes once from B_q and B scales from the shuffled
 B_scale_sh, runs bf16 tensor-core MMAs with the scales folded into the operands, and sums split-K
@@ -17,11 +19,12 @@ import torch
 from .. import runtime
 from ..kernels import read_source
 from ..tables.cuda_plans import (  # noqa: F401  (re-exported: tests and tools use cuda.<name>)
-    MAX_SMEM, PLANS, WGMMA_BMS, Plan, chunks, chunks_per_warp, compile_options, general_plan, grid,
-    is_valid, m_class, plan_cost, plan_for_shape, ranked_plans, smem_bytes)
+    MAX_SMEM, PLANS, WGMMA_BMS, PipePlan, Plan, chunks, chunks_per_warp, compile_options, general_plan, grid,
+    is_valid, m_class, pipe_plans, pipe_threads, plan_cost, plan_for_shape, ranked_plans, smem_bytes)
 
 NAME = "cuda"
 SOURCE = "mxfp4_gemm_sm90.cu"
+PIPE_SOURCE = "mxfp4_gemm_sm90_pipe.cu"
 _MAX_DYNAMIC_SHARED_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 MAX_GRID_Z = 65535  # the grid's M tiles run along z
 
@@ -47,6 +50,10 @@ def plan_for(m: int, n: int, k: int, device: torch.device) -> Plan:
 
 MAX_CANDIDATES = 24  # NVRTC builds take ~1 s each (concurrent in `prepare`): tuning stays ~5 s
 F8_TWINS = 3  # e4m3 (F8MMA) twins of the first plans offered; 0 = none
+PIPE_CANDIDATES = 8  # v9 pipe plans offered right after the first plan (sm_90 only)
+# The tuner may only be offered kernels that passed compute-sanitizer memcheck on odd shapes
+# (tools/sanitize_kernels.py covers the pipe plans either way); True once they have.
+PIPE_MEMCHECKED = False
 
 
 def _f8_twin(m, n, k, plan):
@@ -55,27 +62,39 @@ def _f8_twin(m, n, k, plan):
 
 
 @functools.lru_cache(maxsize=256)
-def _candidates(m, n, k, units):
+def _candidates(m, n, k, units, pipe):
     first = plan_for_shape(m, n, k, units)
     ranked = [first] + [plan for plan in ranked_plans(m, n, k, units, MAX_CANDIDATES) if plan != first]
-    twins = [twin for twin in (_f8_twin(m, n, k, plan) for plan in ranked[:F8_TWINS]) if twin]
+    twins = [twin for twin in (_f8_twin(m, n, k, plan) for plan in ranked[:F8_TWINS] if isinstance(plan, Plan)) if twin]
     plans = []
     for plan in ranked:
         plans.append(plan)
-        plans += [twin for twin in twins if twin == plan._replace(f8=1)]
-    return plans[:MAX_CANDIDATES]
+        plans += [twin for twin in twins if isinstance(plan, Plan) and twin == plan._replace(f8=1)]
+    plans = plans[:MAX_CANDIDATES]
+    if pipe:
+        plans[1:1] = [plan for plan in pipe_plans(m, n, k, units, PIPE_CANDIDATES) if plan != first]
+    return plans
+
+
+def offers_pipe(device: torch.device) -> bool:
+    """Pipe plans run on sm_90 only (wgmma, sm_90a), and are offered once memchecked."""
+    return PIPE_MEMCHECKED and torch.cuda.get_device_capability(device) == (9, 0)
 
 
 def candidates(m: int, n: int, k: int, device: torch.device) -> list:
-    """The plan `plan_for` picks, then the cost model's ranking of the plan grid (mma.sync plans;
-    wgmma plans measured slower, notes/cuda.md v7); the first F8_TWINS of them each followed by
-    its e4m3 twin (f8, not yet measured). No compilation."""
-    return list(_candidates(m, n, k, compute_units(device)))
+    """The plan `plan_for` picks; then, where `offers_pipe`, up to PIPE_CANDIDATES v9 pipe plans by
+    their cost model; then the cost model's ranking of the mma.sync plan grid (wgmma plans of that
+    kernel measured slower, notes/cuda.md v7), the first F8_TWINS of them each followed by its
+    e4m3 twin (f8). No compilation."""
+    return list(_candidates(m, n, k, compute_units(device), offers_pipe(device)))
 
 
-def plan_label(plan: Plan) -> str:
+def plan_label(plan) -> str:
     """E.g. "m32w6t2k2s1c2r2": rows of M, warps along N, tiles per warp, warps along K, split-K,
-    then cn, ring, wgmma ("g") and e4m3 ("f") where they differ from their defaults."""
+    then cn, ring, wgmma ("g") and e4m3 ("f") where they differ from their defaults. A pipe plan:
+    "p.n128.m256.s4.k64.q4" (rows of N and M per CTA, split-K, K per chunk, stages)."""
+    if isinstance(plan, PipePlan):
+        return f"p.n{plan.bn}.m{plan.bm}.s{plan.split_k}.k{plan.kc}.q{plan.stages}"
     label = f"m{plan.bm}w{plan.wn}t{plan.nt}k{plan.wk}s{plan.split_k}"
     return label + (f"c{plan.cn}" if plan.cn != 1 else "") + (f"r{plan.ring}" if plan.ring else "") + \
         ("g" if plan.wg else "") + ("f" if plan.f8 else "")
@@ -98,10 +117,10 @@ def prepare(m: int, n: int, k: int, device: torch.device, plans) -> None:
 
 # ---- launch ---------------------------------------------------------------------------------
 
-def compile_target(device: torch.device, plan: Plan) -> str:
-    """The compile target for `plan`: the device's own, or sm_90a for wgmma plans (that target
-    runs only on sm_90 GPUs)."""
-    if not plan.wg:
+def compile_target(device: torch.device, plan) -> str:
+    """The compile target for `plan`: the device's own, or sm_90a for wgmma and pipe plans (that
+    target runs only on sm_90 GPUs)."""
+    if isinstance(plan, Plan) and not plan.wg:
         return runtime.kernel_arch(device)
     if torch.cuda.get_device_capability(device) != (9, 0):
         raise ValueError(f"cuda: wgmma plan {plan} needs an sm_90 GPU")
@@ -110,20 +129,29 @@ def compile_target(device: torch.device, plan: Plan) -> str:
 
 def _module(n, k, device, plan, extra_options=()):
     """The kernel built for (N, K, plan): one build serves every M."""
-    return runtime.load_module(read_source(SOURCE), device, compile_options(n, k, plan) + tuple(extra_options),
+    source = PIPE_SOURCE if isinstance(plan, PipePlan) else SOURCE
+    return runtime.load_module(read_source(source), device, compile_options(n, k, plan) + tuple(extra_options),
                                compile_target(device, plan))
 
 
-def make_launcher(m: int, n: int, k: int, device: torch.device, plan: Plan, extra_options=()):
+def _entry_and_block(plan):
+    """The kernel's name and its block size."""
+    if isinstance(plan, PipePlan):
+        return "mxfp4_gemm_pipe", (pipe_threads(plan), 1, 1)
+    return "mxfp4_gemm", (plan.wn * plan.wk * 32, 1, 1)
+
+
+def make_launcher(m: int, n: int, k: int, device: torch.device, plan, extra_options=()):
     """launch(a, b_q, b_scale_sh, out): one kernel launch writing out [m, n].
     extra_options: more -D flags (timing experiments, e.g. tools/cuda_lab.py ablate)."""
     if not is_valid(m, n, k, plan):
         raise ValueError(f"cuda: invalid plan {plan} for M={m} N={n} K={k}")
-    dims, block = grid(m, n, plan), (plan.wn * plan.wk * 32, 1, 1)
+    name, block = _entry_and_block(plan)
+    dims = grid(m, n, plan)
     if dims[2] > MAX_GRID_Z:
         raise ValueError(f"cuda: M={m} needs {dims[2]} tiles of {plan.bm} rows; at most {MAX_GRID_Z}")
     device = runtime.normalize_device(device)
-    function = _module(n, k, device, plan, extra_options).function("mxfp4_gemm")
+    function = _module(n, k, device, plan, extra_options).function(name)
     shared = smem_bytes(m, n, k, plan)
     api = runtime.api_for(device)
     api.check(api.drv.cuFuncSetAttribute(function.handle, _MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
@@ -136,7 +164,7 @@ def make_launcher(m: int, n: int, k: int, device: torch.device, plan: Plan, extr
     return run
 
 
-def make_runner(m: int, n: int, k: int, device: torch.device, plan: Plan = None, extra_options=()):
+def make_runner(m: int, n: int, k: int, device: torch.device, plan=None, extra_options=()):
     """runner(a, b_q, b_shuffle, b_scale_sh) -> fresh C; runner.plan is the plan it runs."""
     plan = plan or plan_for(m, n, k, device)
     launch = make_launcher(m, n, k, device, plan, extra_options)

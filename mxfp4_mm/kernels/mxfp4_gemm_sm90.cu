@@ -41,10 +41,6 @@
 // The K order inside a block is again free: thread t supplies word t (8 values) of every block,
 // so the B pieces are transposed within each quad of lanes by `ldmatrix` (see b_piece_slot).
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned char u8;
-
 #ifndef GN
 #define GN 256
 #define GK 512
@@ -83,6 +79,7 @@ typedef unsigned char u8;
 #include "wgmma_sm90a.h"
 #endif
 #include "mxfp4_exact.h"
+#include "mxfp4_fold_sm90.h"
 // Descriptor strides of the activation tile (bytes between the two K halves / between 8-row
 // groups); -D overrides are for layout experiments.
 #ifndef WG_LBO
@@ -158,39 +155,6 @@ __device__ __forceinline__ int n_tile16(int wn, int nt) {
 
 // ---- small helpers -----------------------------------------------------------------------
 
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    return (u32)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
-
-__device__ __forceinline__ uint4 ld_global_nc(const void* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ u32 mul_bf16x2(u32 a, u32 b) {
-    u32 d;
-    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-
-__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
-    u32 d;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
-    return d;
-}
-
 __device__ __forceinline__ void mma_bf16(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -229,20 +193,6 @@ __device__ __forceinline__ int scale_col_offset(int c) {
 
 // ---- B: packed nibbles -> bf16 pairs -------------------------------------------------------
 
-// Nibbles (a, a+4) of w as bf16x2 raw values e2m1 * 2^-126 (sign at bit 15, code at bits 6..8).
-template <int A>
-__device__ __forceinline__ u32 nibble_pair(u32 w) {
-    const u32 mag = (A == 0 ? w << 6 : A == 1 ? w << 2 : A == 2 ? w >> 2 : w >> 6) & 0x01C001C0u;
-    const u32 sgn = (A == 0 ? w << 12 : A == 1 ? w << 8 : A == 2 ? w << 4 : w) & 0x80008000u;
-    return mag | sgn;
-}
-
-// bf16x2 multiplier 2^(s-64) in both halves; inf for s >= 192 (not representable), which makes
-// the CTA's sums non-finite and sends it to the exact fallback.
-__device__ __forceinline__ u32 b_scale_multiplier(u32 s) {
-    return (min(s, 192u) + 63u) * 0x00800080u;
-}
-
 #if F8MMA
 // Nibbles 0, 2, 4, 6 (even) or 1, 3, 5, 7 (odd) of w as 4 e4m3 bytes equal to e2m1 * 2^-6:
 // code bits e1 e0 m at byte bits 4..2 (e4m3 exponent field e1e0, mantissa m00; code 1 = 0.5
@@ -263,33 +213,6 @@ __device__ __forceinline__ float b_scale_value(u32 s) {
 
 // ---- A: format.md §2 quantization of 8 consecutive values; 4 lanes (xor 8, 16) share a block ----
 
-__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
-    u32 d;
-    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
-__device__ __forceinline__ u32 max_u16x2(u32 a, u32 b) {
-    u32 d;
-    asm("max.u16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-__device__ __forceinline__ u32 add_bf16x2(u32 a, u32 b) {
-    u32 d;
-    asm("add.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-__device__ __forceinline__ u32 sub_bf16x2(u32 a, u32 b) {
-    u32 d;
-    asm("sub.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-__device__ __forceinline__ u32 clamp6_bf16x2(u32 a) {
-    u32 d;
-    asm("min.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(0x40C040C0u));
-    asm("max.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(d), "r"(0xC0C0C0C0u));
-    return d;
-}
-
 // Quantizes the 8 bf16 x0..x7 in `raw`, two at a time in bf16x2 arithmetic. Returns
 // r[a] = (x_a, x_{a+4}) / 2^e rounded onto the e2m1 grid (exact bf16 in [-6, 6]) and the
 // block's scale exponent e.
@@ -306,15 +229,9 @@ __device__ __forceinline__ void quantize8(uint4 raw, u32 (&r)[4], int& e) {
     m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 8));
     m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 16));
     e = block_exponent(m);  // kernels/mxfp4_exact.h
-    const u32 inv_scale = (u32)max(127 - e, 0) * 0x00800080u;  // 2^-e in both halves
-    // q rounded to the e2m1 grid: (q + magic) - magic, where magic = 1.5 * 2^(binade + 6) has
-    // the grid step as its bf16 ulp (0.5 below 2, then 1, then 2); the add rounds to nearest even.
+    const u32 inv_scale = a_inverse_scale(e);
 #pragma unroll
-    for (int a = 0; a < 4; ++a) {
-        const u32 q = mul_bf16x2(x[a], inv_scale);
-        const u32 magic = max_u16x2(q & 0x7F807F80u, 0x3F803F80u) + 0x03400340u;
-        r[a] = clamp6_bf16x2(sub_bf16x2(add_bf16x2(q, magic), magic));
-    }
+    for (int a = 0; a < 4; ++a) r[a] = round_e2m1_bf16x2(mul_bf16x2(x[a], inv_scale));
 }
 
 // The 8 values as MMA operand pairs (x_a, x_{a+4}) * 2^(sa-127) * 2^63 (see the top of the file).
@@ -322,8 +239,7 @@ __device__ __forceinline__ uint4 quantize_fragment(uint4 raw) {
     u32 rq[4];
     int e;
     quantize8(raw, rq, e);
-    // 2^(e+63) in both halves; inf when e > 64 (not representable): see WIDE_FALLBACK.
-    const u32 fold = (u32)min(e + 190, 255) * 0x00800080u;
+    const u32 fold = a_fold(e);  // inf when e > 64: see WIDE_FALLBACK
     return make_uint4(mul_bf16x2(rq[0], fold), mul_bf16x2(rq[1], fold), mul_bf16x2(rq[2], fold),
                       mul_bf16x2(rq[3], fold));
 }
@@ -435,22 +351,6 @@ __device__ __forceinline__ int b_piece_slot(int tid) {
     return F8MMA ? (tid & ~31) | (tid & 3) << 3 | (tid >> 2 & 7) : tid;
 }
 
-#if SPLITK > 1 || CN > 1
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ u32 cluster_addr(u32 local_addr, u32 rank) {
-    u32 remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local_addr), "r"(rank));
-    return remote;
-}
-__device__ __forceinline__ float4 ld_cluster_f4(u32 local_addr, u32 rank) {
-    float4 v;
-    asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(cluster_addr(local_addr, rank)) : "memory");
-    return v;
-}
-#endif
 #if CN > 1
 // v5: a 1-D cluster of CN * SPLITK CTAs along x; rank = n_rank * SPLITK + split.
 __device__ __forceinline__ void st_cluster_u4(u32 local_addr, u32 rank, uint4 v) {

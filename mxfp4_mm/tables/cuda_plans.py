@@ -1,5 +1,6 @@
-"""Plans for the CUDA backend (kernels/mxfp4_gemm_sm90.cu): the Plan type, its geometry rules
-(they mirror the constexprs at the top of the kernel), the cost model, and the table by (M, N, K).
+"""Plans for the CUDA backend: the Plan type of kernels/mxfp4_gemm_sm90.cu and the PipePlan type of
+kernels/mxfp4_gemm_sm90_pipe.cu (v9), their geometry rules (they mirror the constexprs at the top of
+the kernels), the cost models, and the table by (M, N, K), whose entries may be of either type.
 
 Pure data and arithmetic: nothing here imports a backend (backends/cuda.py imports this module).
 A kernel build serves every M (M is a launch argument), and plans are picked per M class
@@ -20,6 +21,16 @@ MAX_SMEM = 227 * 1024
 # f8: 1 = e4m3 MMAs, one per 32-K scale block, scales applied in fp32 (F8MMA; not with wg).
 Plan = collections.namedtuple("Plan", "bm wn nt wk split_k cn ring wg f8", defaults=(1, 0, 0, 0))
 WGMMA_BMS = (16, 32, 64, 128)  # the wgmma N sizes kernels/wgmma_sm90a.h provides
+
+# v9 (kernels/mxfp4_gemm_sm90_pipe.cu, sm_90a only). kind: always "pipe" (a table entry is a plain
+# tuple; its first field tells the two plan types apart); bn: rows of N per CTA (64 per warpgroup);
+# bm: rows of M per CTA (the wgmma n); split_k: CTAs along K (one cluster); kc: K per pipeline
+# chunk; stages: slots of the copy ring (chunks are copied stages - 2 ahead).
+PipePlan = collections.namedtuple("PipePlan", "kind bn bm split_k kc stages", defaults=(64, 4))
+PIPE = "pipe"
+PIPE_BNS = (64, 128, 192, 256)
+PIPE_BMS = (16, 32, 64, 128, 256)  # the wgmma n sizes of the "SS" wrappers in kernels/wgmma_sm90a.h
+PIPE_KCS = (64, 128)
 
 PLANS = {
     # measured on NVIDIA H200 2026-12-02
@@ -46,7 +57,9 @@ def chunks_per_warp(k: int, plan: Plan) -> int:
     return -(-(-(-chunks(k) // plan.split_k)) // plan.wk)
 
 
-def smem_bytes(m: int, n: int, k: int, plan: Plan) -> int:
+def smem_bytes(m: int, n: int, k: int, plan) -> int:
+    if isinstance(plan, PipePlan):
+        return pipe_smem_bytes(plan)
     threads = plan.wn * plan.wk * 32
     ch_max = -(-chunks(k) // plan.split_k)
     chw = chunks_per_warp(k, plan)
@@ -59,14 +72,18 @@ def smem_bytes(m: int, n: int, k: int, plan: Plan) -> int:
     return max(b + a + s, partial)
 
 
-def grid(m: int, n: int, plan: Plan):
+def grid(m: int, n: int, plan):
+    if isinstance(plan, PipePlan):
+        return (-(-n // plan.bn), plan.split_k, -(-m // plan.bm))
     n_tiles, m_tiles = -(-n // (plan.wn * plan.nt * 16)), -(-m // plan.bm)
     if plan.cn > 1:  # v5: 1-D clusters of cn N tiles x split_k along x (tiles padded to cn)
         return (-(-n_tiles // plan.cn) * plan.cn * plan.split_k, 1, m_tiles)
     return (n_tiles, plan.split_k, m_tiles)
 
 
-def is_valid(m: int, n: int, k: int, plan: Plan) -> bool:
+def is_valid(m: int, n: int, k: int, plan) -> bool:
+    if isinstance(plan, PipePlan):
+        return pipe_is_valid(m, n, k, plan)
     threads = plan.wn * plan.wk * 32
     ch_max = -(-chunks(k) // plan.split_k)
     return (plan.bm % 8 == 0 and 8 <= plan.bm <= 256 and 1 <= plan.split_k <= min(8, chunks(k))
@@ -78,8 +95,11 @@ def is_valid(m: int, n: int, k: int, plan: Plan) -> bool:
             and plan.f8 in (0, 1) and not (plan.f8 and plan.wg))
 
 
-def compile_options(n: int, k: int, plan: Plan) -> tuple:
+def compile_options(n: int, k: int, plan) -> tuple:
     """The kernel's -D flags: N, K and the plan (not M, which the launch passes)."""
+    if isinstance(plan, PipePlan):
+        values = dict(GN=n, GK=k, BN=plan.bn, BM=plan.bm, SPLITK=plan.split_k, KC=plan.kc, STAGES=plan.stages)
+        return tuple(f"-D{key}={value}" for key, value in values.items())
     values = dict(GN=n, GK=k, BM=plan.bm, WN=plan.wn, NT=plan.nt, WK=plan.wk, SPLITK=plan.split_k)
     if plan.cn > 1:
         values["CN"] = plan.cn
@@ -137,10 +157,12 @@ def table_plan(m: int, n: int, k: int):
     if listed is None:
         same_class = [lm for lm, ln, lk in PLANS if (ln, lk) == (n, k) and m_class(lm) == m_class(m)]
         listed = PLANS[(max(same_class), n, k)] if same_class else None
-    return Plan(*listed) if listed is not None else None
+    if listed is None:
+        return None
+    return PipePlan(*listed) if listed[0] == PIPE else Plan(*listed)
 
 
-def plan_for_shape(m: int, n: int, k: int, compute_units: int = 132) -> Plan:
+def plan_for_shape(m: int, n: int, k: int, compute_units: int = 132):
     """The table's plan for m's class, else the cost model's for the top of the class."""
     return table_plan(m, n, k) or general_plan(m_class(m), n, k, compute_units)
 
@@ -189,3 +211,67 @@ def ranked_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 
         if len(ranked) >= limit:
             break
     return ranked[:limit]
+
+
+# ---- v9 pipe plans (kernels/mxfp4_gemm_sm90_pipe.cu) ------------------------------------------
+
+def pipe_threads(plan: PipePlan) -> int:
+    return plan.bn // 64 * 128
+
+
+def pipe_chunks(k: int, plan: PipePlan) -> int:
+    return -(-k // plan.kc)
+
+
+def pipe_smem_bytes(plan: PipePlan) -> int:
+    """max(copy ring + two B operand buffers, the fp32 partial tile): the kernel's layout."""
+    blocks = plan.kc // 32
+    stage = plan.bm * plan.kc * 2 + plan.bn * plan.kc // 2 + plan.bn // 32 * blocks * 64
+    return max(plan.stages * stage + 2 * plan.bn * plan.kc * 2, plan.bm * (plan.bn + 4) * 4)
+
+
+# Registers per thread besides the bm/2 fp32 accumulators (nvcc 13 -Xptxas -v: 85-110 across the
+# offered plans); a plan must leave them under the per-thread share of the 64K register file.
+PIPE_OTHER_REGISTERS = 96
+
+
+def pipe_is_valid(m: int, n: int, k: int, plan) -> bool:
+    if not isinstance(plan, PipePlan) or plan.kind != PIPE:
+        return False
+    threads = pipe_threads(plan) if plan.bn in PIPE_BNS else 0
+    return (plan.bn in PIPE_BNS and plan.bm in PIPE_BMS and plan.kc in PIPE_KCS and 3 <= plan.stages <= 8
+            and 1 <= plan.split_k <= min(8, pipe_chunks(k, plan))
+            and plan.bm // 2 + PIPE_OTHER_REGISTERS <= min(255, 65536 // threads)
+            and pipe_smem_bytes(plan) <= MAX_SMEM)
+
+
+def pipe_cost(m: int, n: int, k: int, plan: PipePlan, compute_units: int = 132) -> float:
+    """Rough cycles: waves of CTAs times a CTA's time, the larger of its conversion issue (A
+    quantization ~6 and B conversion ~3 thread instructions per element, over 4 schedulers) and
+    its MMAs (~2048 MAC per cycle), plus a first-copy latency and the split-K reduction."""
+    ctas = 1
+    for d in grid(m, n, plan):
+        ctas *= d
+    ks = -(-pipe_chunks(k, plan) // plan.split_k) * plan.kc
+    issue = (plan.bm * ks * 6.25 + plan.bn * ks * 3.1) / 32 / 4
+    mma = plan.bn * plan.bm * ks / 2048
+    per_cta = max(issue, mma) + 0.25 * min(issue, mma) + 2000 + plan.split_k * plan.bm * plan.bn / 16
+    return -(-ctas // compute_units) * per_cta
+
+
+def pipe_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 8) -> list:
+    """Up to `limit` valid pipe plans by `pipe_cost`: bm the smallest wgmma n covering M (and half of
+    it for M > 64), every bn and split-K, chunks of 64 with 4 stages; the first few also with chunks
+    of 128 (3 stages)."""
+    covering = next((bm for bm in PIPE_BMS if bm >= m), PIPE_BMS[-1])
+    bms = {covering} | ({covering // 2} if m > 64 else set())
+    bases = [PipePlan(PIPE, bn, bm, split_k) for bn in PIPE_BNS for bm in sorted(bms) for split_k in range(1, 9)]
+    bases = sorted((p for p in bases if pipe_is_valid(m, n, k, p)),
+                   key=lambda p: (pipe_cost(m, n, k, p, compute_units), tuple(p)))
+    plans = []
+    for base in bases:
+        wide = base._replace(kc=128, stages=3)
+        plans += [base] + ([wide] if len(plans) < limit // 2 and pipe_is_valid(m, n, k, wide) else [])
+        if len(plans) >= limit:
+            break
+    return plans[:limit]

@@ -1,0 +1,360 @@
+// a4w4 MXFP4 GEMM for Hopper (sm_90a), v9 "pipe": C[M,N] = dq(q(A)) @ dq(B)^T in one launch,
+// chunk-pipelined, with warpgroup MMAs whose operands both come from shared memory.
+//
+// Swap-AB wgmma: the weights (BN rows of N) are wgmma's A operand, one m64 tile per warpgroup;
+// the activations (BM rows of M, up to 256) are its B operand (n = BM). So each CTA converts its
+// B tile once for all of its BM rows and quantizes A once for all of its BN rows. The scales are
+// folded into the bf16 operands (mxfp4_fold_sm90.h), so the fp32 accumulators run over the whole
+// K range with no per-block epilogue.
+//
+// Shared memory, per K chunk of KC values (KC/32 scale blocks):
+//   stage ring (STAGES slots, filled by cp.async, STAGES-2 chunks ahead of the one converted):
+//     A  [k8 group][m] x 16 B: raw bf16, quantized in place into the wgmma operand
+//     Bq [block][n] x 16 B: the packed codes of one 32-block of one row of B
+//     Bs per (32-row group, block): the 64 bytes of the shuffled scale tensor holding its bytes
+//   B operand, double-buffered: [k8 group][n] x 16 B bf16, converted from Bq and Bs.
+// Both operands are K-major core matrices without swizzle (8 rows x 16 B; LBO = rows * 16 bytes
+// between the two k8 halves of a k16 step, SBO = 128 bytes between 8-row groups).
+// Each converting thread owns whole 32-blocks: an A block (one row, 4 pieces) has its amax in the
+// thread (no shuffles) and is written back to the same 4 pieces; a B block (one row, 16 bytes of
+// codes) becomes 4 pieces of its operand. Consecutive threads take consecutive rows, so every
+// 16-byte shared-memory access of a warp is conflict-free. Inside each 8-value piece both operands
+// use the k order (0,4,1,5,2,6,3,7) (bf16 pairs (x_a, x_{a+4})), which makes the B conversion a
+// few shifts and masks; the dot product does not depend on the order.
+//
+// Per chunk: wait for its copies, barrier (also: every warpgroup's MMAs of chunk c-2 are done, so
+// that stage and the B operand buffer are free), refill that stage with chunk c+STAGES-2, convert,
+// fence.proxy.async + barrier, issue the chunk's KC/16 wgmmas and commit, wait until only this
+// chunk's group runs: its MMAs overlap the next chunk's conversion.
+//
+// Split-K runs across a (1, SPLITK, 1) thread-block cluster; partial tiles are summed in rank
+// order through distributed shared memory (deterministic; no scratch, no counters). M is a launch
+// argument: rows >= M are zero-filled by the copies and never stored.
+// Operands outside the folded range (B scale bytes 1..64 or >= 192, A block exponents > 64,
+// NaN/inf in A) make a CTA recompute its partial tile in plain fp32 (`exact_partial`).
+//
+// Compile-time configuration (-D): GN GK (shape), BN (rows of N per CTA: 64 per warpgroup),
+// BM (rows of M per CTA: the wgmma n), SPLITK (CTAs along K), KC (K per chunk: 64 or 128),
+// STAGES (stage ring slots, >= 3).
+
+#ifndef GN
+#define GN 256
+#define GK 512
+#endif
+#ifndef BN
+#define BN 128
+#endif
+#ifndef BM
+#define BM 64
+#endif
+#ifndef SPLITK
+#define SPLITK 1
+#endif
+#ifndef KC
+#define KC 64
+#endif
+#ifndef STAGES
+#define STAGES 4
+#endif
+// Off only in timing experiments.
+#ifndef WIDE_FALLBACK
+#define WIDE_FALLBACK 1
+#endif
+
+#include "mxfp4_exact.h"
+#include "mxfp4_fold_sm90.h"
+#include "wgmma_sm90a.h"
+
+constexpr int KBLOCKS = GK / 32;                   // scale blocks per row
+constexpr int SCOLS = (KBLOCKS + 7) / 8 * 8;       // columns of the shuffled scale tensor
+constexpr int NB = KC / 32;                        // scale blocks per chunk
+constexpr int NCHUNK = (GK + KC - 1) / KC;         // chunks (the last may be partial)
+constexpr int NTHREADS = BN / 64 * 128;            // one warpgroup per 64 rows of N
+constexpr int A_STAGE = BM * KC * 2;
+constexpr int BQ_STAGE = BN * KC / 2;
+constexpr int BS_STAGE = BN / 32 * NB * 64;
+constexpr int STAGE_BYTES = A_STAGE + BQ_STAGE + BS_STAGE;
+constexpr int BOP_BYTES = BN * KC * 2;
+constexpr int P_STRIDE = BN + 4;  // floats; keeps the accumulator stores conflict-free
+// Dynamic shared memory = max(STAGES * STAGE_BYTES + 2 * BOP_BYTES, BM * P_STRIDE * 4):
+// tables/cuda_plans.py's pipe_smem_bytes mirrors this.
+
+static_assert(BN % 64 == 0 && BN <= 256, "BN: whole warpgroups");
+static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "BM: a wgmma n with a wrapper");
+static_assert(KC == 64 || KC == 128, "KC");
+static_assert(STAGES >= 3, "STAGES: a stage is refilled two chunks after its MMAs were issued");
+static_assert(SPLITK >= 1 && SPLITK <= 8 && SPLITK <= NCHUNK, "SPLITK");
+
+#if SPLITK > 1
+#define CLUSTER_ATTR __cluster_dims__(1, SPLITK, 1)
+#else
+#define CLUSTER_ATTR
+#endif
+
+__device__ __forceinline__ int scale_index(int r, int c) {  // format.md §3
+    return (r >> 5) * SCOLS * 32 + (c >> 3) * 256 + (c & 3) * 64 + (r & 15) * 4 + ((c & 7) >> 2) * 2 + ((r & 31) >> 4);
+}
+
+// No-swizzle K-major descriptor of a [k8 group][rows] x 16 B operand at k16 step `step`, from row
+// `row0` (a multiple of 8).
+template <int ROWS>
+__device__ __forceinline__ unsigned long long operand_desc(u32 base, int step, int row0) {
+    return wgmma_desc(base + (2 * step * ROWS + row0) * 16, ROWS * 16, 128);
+}
+
+// ---- copies of one chunk into a stage ----------------------------------------------------------
+
+struct Tile {
+    const u16* a;
+    const u8* b_q;
+    const u8* b_scale_sh;
+    int m_size, m0, n0, chunk_begin;
+};
+
+// cp.async of chunk `lc` (of this CTA's range) into stage `slot`; one commit group per call.
+// A warp covers 8 rows x 4 consecutive 16-byte pieces per instruction: 64-byte runs in global
+// memory, 512 contiguous bytes in shared memory.
+__device__ __forceinline__ void issue_chunk(const Tile& tile, u8* stage, int lc, int tid) {
+    const int k0 = (tile.chunk_begin + lc) * KC;
+    const u32 a_dst = smem_addr(stage), bq_dst = a_dst + A_STAGE, bs_dst = bq_dst + BQ_STAGE;
+    constexpr int A_PIECES = BM * KC / 8;
+#pragma unroll
+    for (int p0 = 0; p0 < A_PIECES; p0 += NTHREADS) {
+        const int p = p0 + tid;
+        const int q = p >> 5, kg = (q / (BM / 8)) * 4 + ((p >> 3) & 3), row = (q % (BM / 8)) * 8 + (p & 7);
+        const int gm = tile.m0 + row, k = k0 + kg * 8;
+        const bool valid = gm < tile.m_size && k < GK;
+        if (A_PIECES % NTHREADS == 0 || p < A_PIECES)
+            cp_async16(a_dst + (kg * BM + row) * 16, valid ? tile.a + (size_t)gm * GK + k : tile.a, valid);
+    }
+    constexpr int B_PIECES = BN * NB;
+#pragma unroll
+    for (int p0 = 0; p0 < B_PIECES; p0 += NTHREADS) {
+        const int p = p0 + tid;
+        const int b = (p >> 3) % NB, row = (p / (8 * NB)) * 8 + (p & 7);
+        const int gn = tile.n0 + row, block = k0 / 32 + b;
+        const bool valid = gn < GN && block < KBLOCKS;
+        if (B_PIECES % NTHREADS == 0 || p < B_PIECES)
+            cp_async16(bq_dst + (b * BN + row) * 16, valid ? tile.b_q + (size_t)gn * (GK / 2) + block * 16 : tile.b_q, valid);
+    }
+    // Scales: per (32-row group, block) the 64 bytes at (block % 4) * 64 of the group's 256 (they hold
+    // blocks block and block ^ 4 of rows 0..31). Groups of rows >= N are skipped (their bytes are
+    // never used); a group below N lies inside the tensor, whose rows are padded to 32.
+    constexpr int S_PIECES = BN / 32 * NB * 4;
+    if (tid < S_PIECES) {
+        const int j = tid & 3, b = (tid >> 2) % NB, group = tid / (4 * NB);
+        const int gn = tile.n0 + group * 32, block = k0 / 32 + b;
+        const bool valid = gn < GN && block < KBLOCKS;
+        const u8* src = tile.b_scale_sh + (gn >> 5) * SCOLS * 32 + (block >> 3) * 256 + (block & 3) * 64 + j * 16;
+        cp_async16(bs_dst + ((group * NB + b) * 4 + j) * 16, valid ? src : tile.b_scale_sh, valid);
+    }
+    cp_async_commit();
+}
+
+// ---- conversion of one chunk into the two wgmma operands ---------------------------------------
+
+// A block (row r, block b of the chunk): the 4 pieces of raw bf16 in place -> quantized values
+// times 2^(e+63) in the pair order (x_a, x_{a+4}) of each piece (format.md §2, bit-exact).
+__device__ __forceinline__ void quantize_a_block(u8* a_stage, int r, int b) {
+    uint4* piece[4];
+    uint4 raw[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        piece[i] = reinterpret_cast<uint4*>(a_stage + ((4 * b + i) * BM + r) * 16);
+        raw[i] = *piece[i];
+    }
+    // amax on magnitude bits (bf16 orders like unsigned integers; NaN stays largest)
+    u32 m = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        m = max_u16x2(m, max_u16x2(max_u16x2(raw[i].x & 0x7FFF7FFFu, raw[i].y & 0x7FFF7FFFu),
+                                   max_u16x2(raw[i].z & 0x7FFF7FFFu, raw[i].w & 0x7FFF7FFFu)));
+    const int e = block_exponent(max(m & 0xFFFFu, m >> 16));  // kernels/mxfp4_exact.h
+    const u32 inv_scale = a_inverse_scale(e), fold = a_fold(e);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const u32 x[4] = {prmt(raw[i].x, raw[i].z, 0x5410), prmt(raw[i].x, raw[i].z, 0x7632),
+                          prmt(raw[i].y, raw[i].w, 0x5410), prmt(raw[i].y, raw[i].w, 0x7632)};
+        u32 q[4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a) q[a] = mul_bf16x2(round_e2m1_bf16x2(mul_bf16x2(x[a], inv_scale)), fold);
+        *piece[i] = make_uint4(q[0], q[1], q[2], q[3]);
+    }
+}
+
+// B block (row n, block b of the chunk): 16 bytes of codes -> 4 pieces of bf16 operand. Returns
+// whether its scale byte is below the folded range (1..64; byte 0 is an all-zero block, exact).
+__device__ __forceinline__ bool convert_b_block(const u8* stage, u8* b_op, int n, int b, int block, int gn) {
+    const uint4 codes = *reinterpret_cast<const uint4*>(stage + A_STAGE + (b * BN + n) * 16);
+    const u8* scales = stage + A_STAGE + BQ_STAGE + ((n >> 5) * NB + b) * 64;
+    const bool valid = gn < GN && block < KBLOCKS;
+    const u32 s = valid ? scales[(n & 15) * 4 + ((block & 7) >> 2) * 2 + ((n & 31) >> 4)] : 0u;
+    const u32 mult = b_scale_multiplier(s);
+    const u32 w[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        *reinterpret_cast<uint4*>(b_op + ((4 * b + i) * BN + n) * 16) =
+            make_uint4(mul_bf16x2(nibble_pair<0>(w[i]), mult), mul_bf16x2(nibble_pair<1>(w[i]), mult),
+                       mul_bf16x2(nibble_pair<2>(w[i]), mult), mul_bf16x2(nibble_pair<3>(w[i]), mult));
+    return s - 1u < 64u;
+}
+
+// The A blocks go to threads 0, 1, ... and the B blocks to threads NTHREADS-1, NTHREADS-2, ..., so
+// a thread with fewer A blocks gets the extra B blocks.
+__device__ __forceinline__ bool convert_chunk(const Tile& tile, u8* stage, u8* b_op, int lc, int tid) {
+    const int block0 = (tile.chunk_begin + lc) * NB;
+#pragma unroll
+    for (int i = 0; i < (BM * NB + NTHREADS - 1) / NTHREADS; ++i) {
+        const int task = tid + i * NTHREADS;
+        if (BM * NB % NTHREADS == 0 || task < BM * NB) quantize_a_block(stage, task % BM, task / BM);
+    }
+    bool low = false;
+#pragma unroll
+    for (int i = 0; i < (BN * NB + NTHREADS - 1) / NTHREADS; ++i) {
+        const int task = NTHREADS - 1 - tid + i * NTHREADS;
+        const int n = task % BN, b = task / BN;
+        if (BN * NB % NTHREADS == 0 || task < BN * NB) low |= convert_b_block(stage, b_op, n, b, block0 + b, tile.n0 + n);
+    }
+    return low;
+}
+
+// ---- exact fallback (operands outside the folded range; never taken on real data) ---------------
+
+__device__ float b_dequant(const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh, int n, int k) {
+    const u32 byte = b_q[(size_t)n * (GK / 2) + k / 2];
+    return e2m1_e8m0_value(k & 1 ? byte >> 4 : byte & 15u, b_scale_sh[scale_index(n, k / 32)]);
+}
+
+// This CTA's partial tile over its K range in plain fp32 (the reference GEMM's arithmetic).
+__device__ __noinline__ void exact_partial(const Tile& tile, float* part, int chunks, int tid) {
+    const int kb_begin = tile.chunk_begin * NB, kb_end = min((tile.chunk_begin + chunks) * NB, KBLOCKS);
+    for (int p = tid; p < BM * (BN / 4); p += NTHREADS) {
+        const int ml = p % BM, nl = (p / BM) * 4, gm = tile.m0 + ml;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int kb = kb_begin; kb < kb_end && gm < tile.m_size; ++kb) {
+            const u16* row = tile.a + (size_t)gm * GK + kb * 32;
+            u32 amax = 0;
+            for (int i = 0; i < 32; ++i) amax = max(amax, (u32)(row[i] & 0x7FFFu));  // NaN bits sort last
+            const int e = block_exponent(amax);
+            for (int i = 0; i < 32; ++i) {
+                const float av = quant_dequant(row[i], e);
+                for (int j = 0; j < 4; ++j)
+                    if (tile.n0 + nl + j < GN)
+                        acc[j] = fmaf(av, b_dequant(tile.b_q, tile.b_scale_sh, tile.n0 + nl + j, kb * 32 + i), acc[j]);
+            }
+        }
+        for (int j = 0; j < 4; ++j) part[ml * P_STRIDE + nl + j] = acc[j];
+    }
+}
+
+// ---- the GEMM -------------------------------------------------------------------------------
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1) CLUSTER_ATTR
+mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh,
+                u16* __restrict__ c, const int m_size) {
+    extern __shared__ __align__(128) u8 smem[];
+    u8* const b_ops = smem + STAGES * STAGE_BYTES;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int split = blockIdx.y;
+    const int chunk_begin = split * NCHUNK / SPLITK;
+    const int chunks = (split + 1) * NCHUNK / SPLITK - chunk_begin;
+    const Tile tile = {a, b_q, b_scale_sh, m_size, (int)blockIdx.z * BM, (int)blockIdx.x * BN, chunk_begin};
+
+#pragma unroll
+    for (int j = 0; j < STAGES - 2; ++j) {
+        if (j < chunks) issue_chunk(tile, smem + j * STAGE_BYTES, j, tid);
+        else cp_async_commit();
+    }
+
+    float acc[BM / 8][4];
+#pragma unroll
+    for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[j][q] = 0.f;
+    bool b_scale_low = false;
+    const int wg_row0 = (warp >> 2) * 64;  // this warpgroup's 64 rows of the B operand
+#pragma unroll 1
+    for (int lc = 0; lc < chunks; ++lc) {
+        cp_async_wait<STAGES - 3>();  // this thread's copies of chunk lc (groups complete in order)
+        __syncthreads();              // everyone's; and every warpgroup's MMAs of chunk lc-2 are done
+        const int refill = lc + STAGES - 2;
+        if (refill < chunks) issue_chunk(tile, smem + (refill % STAGES) * STAGE_BYTES, refill, tid);
+        else cp_async_commit();
+        u8* const stage = smem + (lc % STAGES) * STAGE_BYTES;
+        u8* const b_op = b_ops + (lc & 1) * BOP_BYTES;
+        b_scale_low |= convert_chunk(tile, stage, b_op, lc, tid);
+        asm volatile("fence.proxy.async;\n" ::: "memory");  // generic stores -> wgmma operand reads
+        __syncthreads();
+        wgmma_fence();
+#pragma unroll
+        for (int step = 0; step < KC / 16; ++step)
+            wgmma_ss_bf16<BM>(acc, operand_desc<BN>(smem_addr(b_op), step, wg_row0),
+                              operand_desc<BM>(smem_addr(stage), step, 0));
+        wgmma_commit();
+        wgmma_wait<1>();
+    }
+    wgmma_wait<0>();
+    wgmma_keep(acc);
+    cp_async_wait<0>();
+
+#if WIDE_FALLBACK
+    bool out_of_range = b_scale_low;
+#pragma unroll
+    for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) out_of_range |= !(fabsf(acc[j][q]) <= 3.402823466e38f);  // inf or NaN
+    const bool wide = __syncthreads_or(out_of_range);  // also: stage space becomes the partial tile
+#else
+    constexpr bool wide = false;
+    __syncthreads();
+#endif
+
+    // Partial tile [m][n] in shared memory (accumulator d[j][q]: row n = 16 * warp + g (+8 for
+    // q >= 2) of the tile, column m = 8j + 2t (+1 for odd q)), then the sum over cluster ranks.
+    float* const part = reinterpret_cast<float*>(smem);
+    if (wide) {
+        exact_partial(tile, part, chunks, tid);
+    } else {
+        const int nl = warp * 16 + (lane >> 2), ml0 = 2 * (lane & 3);
+#pragma unroll
+        for (int j = 0; j < BM / 8; ++j) {
+            float* p = part + (8 * j + ml0) * P_STRIDE + nl;
+            p[0] = acc[j][0];
+            p[P_STRIDE] = acc[j][1];
+            p[8] = acc[j][2];
+            p[P_STRIDE + 8] = acc[j][3];
+        }
+    }
+#if SPLITK > 1
+    cluster_sync();
+#else
+    __syncthreads();
+#endif
+    constexpr int F4 = BM * BN / 4;
+    const int f_begin = split * F4 / SPLITK, f_end = (split + 1) * F4 / SPLITK;
+    for (int f = f_begin + tid; f < f_end; f += NTHREADS) {
+        const int ml = f / (BN / 4), nl = (f % (BN / 4)) * 4;
+        const int gm = tile.m0 + ml, gn = tile.n0 + nl;
+        if (gm >= m_size) continue;  // (cluster peers are only read below: no barrier in this loop)
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+        const float* p = part + ml * P_STRIDE + nl;
+#pragma unroll
+        for (int s = 0; s < SPLITK; ++s) {
+#if SPLITK > 1
+            const float4 v = ld_cluster_f4(smem_addr(p), (u32)s);
+#else
+            const float4 v = *reinterpret_cast<const float4*>(p);
+#endif
+            sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+        }
+        if (gn < GN) {
+            uint2 out;
+            out.x = pack_bf16x2(sum.x, sum.y);
+            out.y = pack_bf16x2(sum.z, sum.w);
+            *reinterpret_cast<uint2*>(c + (size_t)gm * GN + gn) = out;
+        }
+    }
+#if SPLITK > 1
+    cluster_sync();  // peers may still be reading this CTA's partial tile
+#endif
+}

@@ -1,0 +1,269 @@
+"""The v9 pipe kernel of the cuda backend (kernels/mxfp4_gemm_sm90_pipe.cu, PipePlan).
+
+CPU: plan geometry and validity, labels, table entries of either plan type, where the candidates
+put pipe plans, the kernel's scale-byte addressing modelled against spec.shuffled_scale_index, and
+an nvcc build of every offered pipe plan of the benchmark shapes without spills (skipped without
+nvcc). GPU (@pytest.mark.gpu, sm_90): every offered pipe plan on the task shapes and on odd
+shapes, fresh outputs and data, M at run time, and the operands outside the folded range (the
+exact fallback) with a negative control.
+"""
+
+import concurrent.futures
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from mxfp4_mm import spec
+from mxfp4_mm.backends import cuda
+from mxfp4_mm.tables import cuda_plans
+from mxfp4_mm.tables.cuda_plans import PIPE, PipePlan
+from conftest import assert_harness_close, make_inputs, reference_output
+
+TASK_SHAPES = [(8, 2112, 7168), (16, 3072, 1536), (64, 3072, 1536), (256, 2880, 512),
+               (4, 2880, 512), (16, 2112, 7168), (32, 4096, 512), (32, 2880, 512),
+               (64, 7168, 2048), (256, 3072, 1536)]
+BENCH_SHAPES = TASK_SHAPES[4:]
+
+
+def pipe(bn, bm, split_k, kc=64, stages=4):
+    return PipePlan(PIPE, bn, bm, split_k, kc, stages)
+
+
+# ---- CPU ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", TASK_SHAPES)
+def test_offered_pipe_plans_are_valid_and_cover_the_shape(shape):
+    m, n, k = shape
+    plans = cuda_plans.pipe_plans(*shape)
+    assert 1 <= len(plans) <= 8 and len(set(plans)) == len(plans)
+    for plan in plans:
+        assert cuda.is_valid(*shape, plan), plan
+        n_tiles, splits, m_tiles = cuda.grid(m, n, plan)
+        assert n_tiles * plan.bn >= n > (n_tiles - 1) * plan.bn and m_tiles * plan.bm >= m > (m_tiles - 1) * plan.bm
+        assert splits == plan.split_k <= min(8, -(-k // plan.kc))
+        assert cuda.smem_bytes(*shape, plan) <= cuda.MAX_SMEM
+        assert plan.bm >= min(m, 256) or plan.bm * 2 >= min(m, 256)  # M covered by one or two tiles
+
+
+def test_pipe_validity_rules():
+    shape = (256, 3072, 1536)
+    assert cuda.is_valid(*shape, pipe(128, 256, 4))
+    assert not cuda.is_valid(*shape, pipe(256, 128, 4))  # 512 threads leave 128 registers: 64 + ~96 do not fit
+    assert not cuda.is_valid(*shape, pipe(96, 64, 2))    # not whole warpgroups
+    assert not cuda.is_valid(*shape, pipe(128, 48, 2))   # no wgmma wrapper for n = 48
+    assert not cuda.is_valid(*shape, pipe(128, 64, 2, kc=96))
+    assert not cuda.is_valid(*shape, pipe(128, 64, 2, stages=2))  # a stage is refilled two chunks later
+    assert not cuda.is_valid(*shape, pipe(128, 64, 9))
+    assert not cuda.is_valid(64, 512, 128, pipe(128, 64, 3))  # 2 chunks of 64: at most split 2
+    assert not cuda.is_valid(*shape, pipe(256, 64, 2, kc=128, stages=8))  # shared memory
+    assert not cuda_plans.pipe_is_valid(*shape, tuple(pipe(128, 64, 2)))  # a plain tuple is not a plan
+
+
+def test_pipe_shared_memory_is_the_larger_of_the_ring_and_the_partial_tile():
+    # ring: 4 x (A 256*64*2 + codes 128*32 + scales 4*2*64) + 2 B operand buffers of 128*64*2
+    assert cuda_plans.pipe_smem_bytes(pipe(128, 256, 4)) == 4 * (32768 + 4096 + 512) + 2 * 16384
+    # partial tile: 256 x (64 + 4) floats beats a ring of 3 small stages
+    assert cuda_plans.pipe_smem_bytes(pipe(64, 256, 1, stages=3)) == max(3 * (32768 + 2048 + 256) + 2 * 8192,
+                                                                        256 * 68 * 4)
+
+
+def test_pipe_compile_options_name_every_field():
+    assert cuda.compile_options(3072, 1536, pipe(128, 256, 4, 128, 3)) == (
+        "-DGN=3072", "-DGK=1536", "-DBN=128", "-DBM=256", "-DSPLITK=4", "-DKC=128", "-DSTAGES=3")
+
+
+def test_table_entries_of_either_plan_type_round_trip(monkeypatch):
+    """The tuner writes table entries as plain tuples; a pipe entry's first field names its type."""
+    entry = tuple(pipe(128, 256, 4))
+    assert entry == ("pipe", 128, 256, 4, 64, 4)
+    monkeypatch.setitem(cuda_plans.PLANS, (256, 3072, 1536), entry)
+    assert cuda_plans.table_plan(256, 3072, 1536) == pipe(128, 256, 4)
+    assert cuda_plans.table_plan(200, 3072, 1536) == pipe(128, 256, 4)  # same M class
+    assert cuda_plans.table_plan(64, 7168, 2048) == cuda.Plan(*cuda_plans.PLANS[(64, 7168, 2048)])
+
+
+def test_pipe_labels_are_unique_and_distinct_from_mma_sync_labels():
+    plans = {p for shape in TASK_SHAPES for p in cuda_plans.pipe_plans(*shape, limit=40)}
+    labels = {cuda.plan_label(p) for p in plans}
+    assert len(labels) == len(plans) and all(label.startswith("p.") and " " not in label for label in labels)
+    assert cuda.plan_label(pipe(128, 256, 4)) == "p.n128.m256.s4.k64.q4"
+    mma_sync = {cuda.plan_label(p) for shape in TASK_SHAPES for p in cuda_plans.ranked_plans(*shape, limit=50)}
+    assert not labels & mma_sync
+
+
+@pytest.fixture
+def h200(monkeypatch):
+    monkeypatch.setattr(cuda, "compute_units", lambda device: 132)
+
+
+@pytest.mark.parametrize("shape", TASK_SHAPES)
+def test_candidates_put_pipe_plans_after_the_table_plan_once_memchecked(shape, h200, monkeypatch):
+    device = torch.device("cuda")
+    monkeypatch.setattr(cuda, "offers_pipe", lambda device: False)
+    without = cuda.candidates(*shape, device)
+    assert not any(isinstance(p, PipePlan) for p in without)
+    monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)
+    plans = cuda.candidates(*shape, device)
+    pipes = [p for p in plans if isinstance(p, PipePlan)]
+    assert plans[0] == cuda_plans.plan_for_shape(*shape)
+    assert pipes == cuda_plans.pipe_plans(*shape, 132, cuda.PIPE_CANDIDATES) == plans[1:1 + len(pipes)]
+    assert [p for p in plans if not isinstance(p, PipePlan)] == without
+    assert len({cuda.plan_label(p) for p in plans}) == len(plans)
+
+
+def test_pipe_plans_are_not_offered_before_memcheck():
+    assert cuda.PIPE_MEMCHECKED is False  # flip once tools/sanitize_kernels.py passed on an H200
+
+
+def test_scale_bytes_are_found_inside_the_copied_64_byte_pieces():
+    """The kernel copies, per (32-row group, block), the 64 bytes at group + (block >> 3) * 256 +
+    (block & 3) * 64 of the shuffled tensor and reads row n's byte at (n & 15) * 4 +
+    ((block & 7) >> 2) * 2 + ((n & 31) >> 4) inside them: that is spec.shuffled_scale_index."""
+    n_rows, blocks = 96, 40
+    scols = -(-blocks // 8) * 8
+    for n in range(n_rows):
+        for block in range(blocks):
+            piece = (n >> 5) * scols * 32 + (block >> 3) * 256 + (block & 3) * 64
+            inside = (n & 15) * 4 + ((block & 7) >> 2) * 2 + ((n & 31) >> 4)
+            assert 0 <= inside < 64
+            assert piece + inside == spec.shuffled_scale_index(n, block, scols), (n, block)
+
+
+def test_fold_header_keeps_the_old_kernel_and_is_shared():
+    kernels = Path(cuda.__file__).parent.parent / "kernels"
+    for source in (cuda.SOURCE, cuda.PIPE_SOURCE):
+        assert '#include "mxfp4_fold_sm90.h"' in (kernels / source).read_text()
+
+
+def _ptxas_report(n, k, plan, out_dir):
+    source = Path(cuda.__file__).parent.parent / "kernels" / cuda.PIPE_SOURCE
+    built = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-Xptxas", "-v", "-std=c++17",
+                            *cuda.compile_options(n, k, plan), "-o", str(out_dir / f"{n}_{k}_{cuda.plan_label(plan)}.cubin"),
+                            str(source)], capture_output=True, text=True)
+    return plan, built.returncode, built.stdout + built.stderr
+
+
+def test_every_offered_pipe_plan_builds_without_spills(tmp_path):
+    """nvcc -arch=sm_90a of each pipe plan offered for the benchmark shapes: no spills, no local
+    memory in the kernel, registers within the budget `pipe_is_valid` assumes."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    work = [(n, k, plan) for m, n, k in BENCH_SHAPES for plan in cuda_plans.pipe_plans(m, n, k)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        reports = list(pool.map(lambda w: _ptxas_report(*w, tmp_path), work))
+    for plan, code, report in reports:
+        assert code == 0, report[-2000:]
+        assert report.count("0 bytes spill stores") == report.count("spill stores"), report
+        registers = int(re.search(r"Used (\d+) registers", report.split("'mxfp4_gemm_pipe'")[1]).group(1))
+        assert registers <= min(255, 65536 // cuda.pipe_threads(plan)), (plan, registers)
+
+
+# ---- GPU ----------------------------------------------------------------------------------------
+
+def _sm90():
+    return torch.cuda.is_available() and cuda.is_available(torch.device("cuda")) \
+        and torch.cuda.get_device_capability() == (9, 0)
+
+
+def _check(m, n, k, plan, seed=0):
+    data = make_inputs(m, n, k, seed=seed, device="cuda")
+    run = cuda.make_runner(m, n, k, torch.device("cuda"), plan)
+    assert run.plan == plan
+    assert_harness_close(run(data[0], data[2], data[3], data[4]), reference_output(data))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", TASK_SHAPES)
+def test_every_offered_pipe_plan_on_the_task_shapes(shape):
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    plans = cuda_plans.pipe_plans(*shape)
+    cuda.prepare(*shape, torch.device("cuda"), plans)
+    for plan in plans:
+        _check(*shape, plan, seed=21)
+
+
+# Partial M tiles (1, 17, 33, 100), a whole one (256); N = 64 (one tile), 192 (three of 64, or a
+# partial one of 128 or 256), 2880; K = 128 (2 chunks of 64, one of 128), 640 (5 chunks: an
+# uneven split), 2048.
+ODD_PLANS = [pipe(64, 16, 1), pipe(128, 32, 2), pipe(128, 64, 2, kc=128, stages=3), pipe(192, 128, 3),
+             pipe(64, 256, 2, stages=3), pipe(128, 256, 2, stages=5), pipe(256, 64, 3, kc=128, stages=3)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 17, 33, 100, 256])
+@pytest.mark.parametrize("n", [64, 192, 2880])
+@pytest.mark.parametrize("k", [128, 640, 2048])
+def test_odd_shapes(m, n, k):
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    plans = [p for p in ODD_PLANS if cuda.is_valid(m, n, k, p)] + cuda_plans.pipe_plans(m, n, k)[:2]
+    assert plans
+    for plan in dict.fromkeys(plans):
+        _check(m, n, k, plan, seed=m + n + k)
+
+
+@pytest.mark.gpu
+def test_fresh_outputs_and_fresh_data():
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    m, n, k = 64, 7168, 2048
+    run = cuda.make_runner(m, n, k, torch.device("cuda"), cuda_plans.pipe_plans(m, n, k)[0])
+    first = make_inputs(m, n, k, seed=1, device="cuda")
+    out1 = run(first[0], first[2], first[3], first[4])
+    second = make_inputs(m, n, k, seed=2, device="cuda")
+    for dst, src in zip(first, second):  # same addresses, new values
+        dst.copy_(src)
+    out2 = run(first[0], first[2], first[3], first[4])
+    assert out1.data_ptr() != out2.data_ptr()
+    assert_harness_close(out2, reference_output(second))
+
+
+@pytest.mark.gpu
+def test_one_build_serves_every_m():
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    from mxfp4_mm import runtime
+    n, k, plan = 1024, 1536, pipe(128, 64, 2)
+    loaded = runtime.stats["loaded"]
+    for m in (1, 5, 17, 40, 64):
+        _check(m, n, k, plan, seed=m)
+    assert runtime.stats["loaded"] - loaded <= 1
+
+
+EXTREME_PLANS = [((256, 3072, 1536), pipe(128, 256, 4)), ((64, 7168, 2048), pipe(128, 64, 2, kc=128, stages=3)),
+                 ((33, 480, 1600), pipe(192, 64, 3)), ((16, 2112, 7168), pipe(64, 16, 4))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, plan", EXTREME_PLANS)
+def test_out_of_range_operands_match_the_reference(shape, plan):
+    from test_cuda_backend import EXTREME_CASES, NON_FINITE_CASES, _extreme, assert_matches_spec
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    assert cuda.is_valid(*shape, plan)
+    run = cuda.make_runner(*shape, torch.device("cuda"), plan)
+    for case in EXTREME_CASES:
+        data = _extreme(*shape, case)
+        out = run(data[0], data[2], data[3], data[4])
+        assert bool(reference_output(data).isfinite().all()) == (case not in NON_FINITE_CASES), case
+        assert_matches_spec(out, data, case)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["b_scale_high", "a_huge", "a_nan", "a_nan_payload"])
+def test_without_the_fallback_these_cases_fail(case):
+    """The extreme cases leave the pipe kernel's folded range too (so the test above can fail)."""
+    from test_cuda_backend import _extreme
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    shape, plan = EXTREME_PLANS[0]
+    run = cuda.make_runner(*shape, torch.device("cuda"), plan, extra_options=("-DWIDE_FALLBACK=0",))
+    data = _extreme(*shape, case)
+    out = run(data[0], data[2], data[3], data[4])
+    with pytest.raises(AssertionError):
+        assert_harness_close(out, reference_output(data))
