@@ -115,8 +115,15 @@ def test_candidates_put_pipe_plans_after_the_table_plan_once_memchecked(shape, h
     assert len({cuda.plan_label(p) for p in plans}) == len(plans)
 
 
-def test_pipe_plans_are_not_offered_before_memcheck():
-    assert cuda.PIPE_MEMCHECKED is False  # flip once tools/sanitize_kernels.py passed on an H200
+@pytest.mark.parametrize("memchecked", [False, True])
+@pytest.mark.parametrize("capability", [(9, 0), (10, 0)])
+def test_pipe_plans_are_offered_on_sm90_once_memchecked(memchecked, capability, h200, monkeypatch):
+    monkeypatch.setattr(cuda, "PIPE_MEMCHECKED", memchecked)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    plans = cuda.candidates(256, 3072, 1536, torch.device("cuda"))
+    offered = memchecked and capability == (9, 0)
+    assert cuda.offers_pipe(torch.device("cuda")) == offered
+    assert any(isinstance(p, PipePlan) for p in plans) == offered
 
 
 def test_scale_bytes_are_found_inside_the_copied_64_byte_pieces():
