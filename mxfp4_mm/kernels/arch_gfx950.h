@@ -8,6 +8,7 @@ typedef float f32x16 __attribute__((ext_vector_type(16)));
 typedef int i32x8_ __attribute__((ext_vector_type(8)));
 typedef __bf16 bf16x2_ __attribute__((ext_vector_type(2)));
 typedef u16 u16x2_ __attribute__((ext_vector_type(2)));
+typedef float f32x2_ __attribute__((ext_vector_type(2)));
 
 __device__ __forceinline__ int arch_thread_id() { return __builtin_amdgcn_workitem_id_x(); }
 __device__ __forceinline__ int arch_lane_id() { return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u)); }
@@ -43,6 +44,17 @@ __device__ __forceinline__ bool arch_block_any(bool value) {
 // Per 16-bit half, the unsigned max (v_pk_max_u16).
 __device__ __forceinline__ u32 arch_max_u16x2(u32 a, u32 b) {
   return __builtin_bit_cast(u32, __builtin_elementwise_max(__builtin_bit_cast(u16x2_, a), __builtin_bit_cast(u16x2_, b)));
+}
+
+// Cross-lane moves within each row of 16 lanes (DPP; every lane of the row reads another's value):
+// row_ror:8 (lane i reads i ^ 8), row_mirror (15 - i), row_half_mirror (7 - i within each 8).
+__device__ __forceinline__ u32 arch_row_ror8(u32 v) { return __builtin_amdgcn_mov_dpp((int)v, 0x128, 0xF, 0xF, true); }
+__device__ __forceinline__ u32 arch_row_mirror(u32 v) { return __builtin_amdgcn_mov_dpp((int)v, 0x140, 0xF, 0xF, true); }
+__device__ __forceinline__ u32 arch_row_half_mirror(u32 v) { return __builtin_amdgcn_mov_dpp((int)v, 0x141, 0xF, 0xF, true); }
+
+// Two fp32 -> bf16, rounded to nearest even (v_cvt_pk_bf16_f32): `low` in bits 0-15.
+__device__ __forceinline__ u32 arch_bf16x2_rne(float low, float high) {
+  return __builtin_bit_cast(u32, __builtin_convertvector((f32x2_){low, high}, bf16x2_));
 }
 
 // v_cvt_scalef32_pk_fp4_bf16: the bf16 pair (low half, high half) divided by `scale` (a power of two;

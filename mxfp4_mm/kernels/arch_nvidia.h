@@ -4,7 +4,9 @@
 #pragma once
 
 #ifndef ARCH_MAX_WAVES
-#define ARCH_MAX_WAVES 8  // named barriers 1..8, one per wave (0 is __syncthreads)
+// Named barriers 1..4, one per wave (0 is __syncthreads); 4 waves, the most a kernel uses, keep the
+// emulation's shared scratch (2 KiB per wave) beside the kernels' own within the 48 KiB static limit.
+#define ARCH_MAX_WAVES 4
 #endif
 
 struct alignas(16) u32x4 {
@@ -33,6 +35,22 @@ __device__ __forceinline__ float arch_as_float(u32 bits) { return __uint_as_floa
 __device__ __forceinline__ u32 arch_as_u32(float value) { return __float_as_uint(value); }
 
 __device__ __forceinline__ u32 arch_max_u16x2(u32 a, u32 b) { return __vmaxu2(a, b); }
+
+// Cross-lane moves within each row of 16 lanes, as gfx950's DPP row controls (a row never spans two warps).
+__device__ __forceinline__ u32 lane_in_row(u32 v, int source) {
+  return __shfl_sync(0xFFFFFFFFu, v, (threadIdx.x % 32 & ~15) | source);
+}
+__device__ __forceinline__ u32 arch_row_ror8(u32 v) { return lane_in_row(v, (threadIdx.x + 8) % 16); }
+__device__ __forceinline__ u32 arch_row_mirror(u32 v) { return lane_in_row(v, 15 - threadIdx.x % 16); }
+__device__ __forceinline__ u32 arch_row_half_mirror(u32 v) { return lane_in_row(v, (threadIdx.x & 8) | (7 - threadIdx.x % 8)); }
+
+// Two fp32 -> bf16 bits, rounded to nearest even (NaN -> a quiet NaN), `low` in bits 0-15.
+__device__ __forceinline__ u32 bf16_bits_rne(float value) {
+  const u32 u = __float_as_uint(value);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0u | ((u >> 16) & 0x8000u);
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+__device__ __forceinline__ u32 arch_bf16x2_rne(float low, float high) { return bf16_bits_rne(low) | bf16_bits_rne(high) << 16; }
 
 // ---- v_cvt_scalef32_pk_fp4_bf16 as format.md §3 states it ------------------------------------
 
@@ -69,7 +87,10 @@ __device__ __forceinline__ u32 arch_cvt_scalef32_pk_fp4_bf16(u32 old, u32 bf16_p
 
 __device__ __forceinline__ void arch_block_barrier() { __syncthreads(); }
 template <int WAVES>
-__device__ __forceinline__ bool arch_block_any(bool value) { return __syncthreads_or(value) != 0; }
+__device__ __forceinline__ bool arch_block_any(bool value) {
+  static_assert(WAVES <= ARCH_MAX_WAVES, "more waves than the emulation's scratch and named barriers");
+  return __syncthreads_or(value) != 0;
+}
 __device__ __forceinline__ void arch_schedule_barrier() {}
 __device__ __forceinline__ void arch_fence_release_device() { __threadfence(); }
 __device__ __forceinline__ void arch_fence_acquire_device() { __threadfence(); }

@@ -55,7 +55,7 @@ __device__ __forceinline__ int min_int(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ u32 scale_byte(u32 amax_bf16_bits) {
   const u32 amax = amax_bf16_bits < 0x7F80u ? amax_bf16_bits : 0x7F80u;
   const u32 field = ((amax << 16) + 0x200000u) >> 23;
-  const u32 byte = field > 2 ? field - 2 : 0u;
+  const u32 byte = (field > 2 ? field : 2u) - 2;  // a max and a subtract (a saturating subtract on gfx950)
   return byte == 253 ? 254u : byte;  // 253 only comes from field 255
 }
 
@@ -63,8 +63,8 @@ __device__ __forceinline__ u32 scale_byte(u32 amax_bf16_bits) {
 // 0, read as e8m0 is 2^-127 too). An all-zero block gets 2^-126 instead: its codes are 0 under any
 // reading of the scale, where a field-0 scale taken as zero would make 0/0.
 __device__ __forceinline__ float conversion_scale(u32 byte, u32 amax_bf16_bits) {
-  const u32 low = amax_bf16_bits ? 0x00400000u : 0x00800000u;
-  return arch_as_float(byte ? byte << 23 : low);
+  const u32 low = amax_bf16_bits ? 0x00400000u : 0x00800000u, bits = byte << 23;
+  return arch_as_float(bits > low ? bits : low);  // byte >= 1 gives bits >= 2^23 > low
 }
 
 // Largest |x| bf16 pattern of 2 * WORDS bf16 (x[i] holds two): per-half unsigned max of the patterns
@@ -91,14 +91,29 @@ __device__ __forceinline__ u32 convert_word(const u32* x, float scale) {
   return arch_cvt_scalef32_pk_fp4_bf16<3>(word, x[3], scale);
 }
 
-// 32 bf16 (x[i] holds elements 2i, 2i+1) -> 32 codes (element t at bits 4*(t%8) of dword t/8) and the
-// scale byte: 31 VALU for the max, a few for the scale, 16 hardware converts.
-__device__ __forceinline__ u32 quantize_block(const u32 (&x)[16], u32x4& codes) {
-  const u32 amax = max_of_halves(amax_bits<16>(x));
+// The lane's 2 * WORDS bf16 of a 32-element block (x[i] holds elements 2i, 2i+1) -> their codes
+// (element t at bits 4*(t%8) of dword t/8) and the block's scale byte. WORDS = 16: the whole block;
+// WORDS = 8: half of it, the other half in the lane across row_half_mirror, which exchanges the max.
+// Per block: 31 VALU for the max, a few for the scale, 16 hardware converts.
+template <int WORDS>
+__device__ __forceinline__ u32 quantize_words(const u32* x, u32* codes) {
+  u32 amax = max_of_halves(amax_bits<WORDS>(x));
+  if constexpr (WORDS == 8) {
+    const u32 other = arch_row_half_mirror(amax);
+    amax = amax > other ? amax : other;
+  }
   const u32 byte = scale_byte(amax);
   const float scale = conversion_scale(byte, amax);
 #pragma unroll
-  for (int w = 0; w < 4; ++w) codes[w] = convert_word(x + 4 * w, scale);
+  for (int w = 0; w < WORDS / 4; ++w) codes[w] = convert_word(x + 4 * w, scale);
+  return byte;
+}
+
+__device__ __forceinline__ u32 quantize_block(const u32 (&x)[16], u32x4& codes) {
+  u32 words[4];
+  const u32 byte = quantize_words<16>(x, words);
+#pragma unroll
+  for (int w = 0; w < 4; ++w) codes[w] = words[w];
   return byte;
 }
 
@@ -138,14 +153,6 @@ __device__ __forceinline__ int acc_row(int lane, int i) {
   return MFMA == 16 ? 4 * (lane / 16) + i : 8 * (i / 4) + 4 * (lane / 32) + i % 4;
 }
 
-__device__ __forceinline__ u32 bf16_bits_rne(float value) {
-  const u32 u = arch_as_u32(value);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0u;
-  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-}
-
-__device__ __forceinline__ u32 bf16_pair(float low, float high) { return bf16_bits_rne(low) | bf16_bits_rne(high) << 16; }
-
 struct Problem {
   const u16* A;
   const u8* B;
@@ -156,12 +163,47 @@ struct Problem {
   int M, N, K, scale_cols, split_k;
 };
 
+// Which A elements a lane loads and quantizes per chunk and M subtile. A_ROWS = ROWS: the ones it feeds
+// to the MFMAs (row r = lane % ROWS, one block per step). A_ROWS = 8 or 4 (16x16x128, one M subtile;
+// the tile's rows past A_ROWS only feed unwritten rows, so no lane quantizes them): the 16 lanes of a
+// row group (one K slice group) split that group's A_ROWS x 2 blocks between them and exchange the
+// codes through DPP row moves (quantize_a). 8: lane r holds row r % 8 of step r / 8 (a whole block).
+// 4: lane r with h = r % 8 holds half h / 4 of row (h < 4 ? h : 7 - h) of step r / 8, so a block's
+// two halves sit in lanes h and 7 - h (row_half_mirror) and a row's four pieces in lanes r, 7 - r,
+// r + 8 and 15 - r (own, row_half_mirror, row_ror:8, row_mirror).
+template <int MFMA, int A_ROWS>
+struct ALayout {
+  typedef Shape<MFMA> S;
+  static_assert(A_ROWS == S::ROWS || (MFMA == 16 && (A_ROWS == 8 || A_ROWS == 4)), "A_ROWS: 16x16 tiles only");
+  static constexpr int LOADS = A_ROWS == S::ROWS ? 4 * S::STEPS : A_ROWS == 8 ? 4 : 2;  // 16-byte loads
+  static constexpr int WORDS = 4 * LOADS;                                                 // raw dwords
+  static constexpr int ROWS = A_ROWS;
+
+  // (row within the subtile, step, element offset within the block) of the lane's first load; load i
+  // adds i / 4 steps and (i % 4) * 8 elements.
+  __device__ static __forceinline__ void first_element(int r, int& row, int& step, int& element) {
+    const int h = r % 8;
+    row = A_ROWS == S::ROWS ? r : A_ROWS == 8 ? h : (h < 4 ? h : 7 - h);
+    step = A_ROWS == S::ROWS ? 0 : r / 8;
+    element = A_ROWS == 4 ? 16 * (h / 4) : 0;
+  }
+};
+
+// Rows of the block's tile that exist (the last M tile may have fewer): a compile-time constant when
+// M is one (specialized builds with a single M tile or M % BLOCK_M == 0), else one scalar select.
+template <int BLOCK_M>
+__device__ __forceinline__ int tile_rows(int M, int tile_y) {
+  const int tiles_m = (M + BLOCK_M - 1) / BLOCK_M, last_rows = M - (tiles_m - 1) * BLOCK_M;
+  return tiles_m == 1 || tile_y == tiles_m - 1 ? last_rows : BLOCK_M;
+}
+
 // This lane's operand byte offsets at chunk 0 (chunk c adds c * *_CHUNK, step u adds u * *_STEP).
 // Rows past M / N are clamped to the last row: they only feed accumulators of rows / columns that
 // are never written, and the main loop needs no per-lane predicate.
-template <int MFMA, int SUB_M, int SUB_N, bool B_SHUFFLED>
+template <int MFMA, int SUB_M, int SUB_N, bool B_SHUFFLED, int A_ROWS>
 struct LaneOffsets {
   typedef Shape<MFMA> S;
+  typedef ALayout<MFMA, A_ROWS> A;
   static constexpr u32 A_CHUNK = CHUNK_SLICES * SLICE_K * 2, A_STEP = S::GROUPS * SLICE_K * 2;
   // Slice s of B row n: shuffled (16x16 panels, format.md §3) at (n/16)*8K + (n%16)*16 + s*256;
   // row-major B_q at n*K/2 + s*16.
@@ -171,6 +213,7 @@ struct LaneOffsets {
   static constexpr u32 SCALE_CHUNK = 256, SCALE_WORD = S::GROUPS * 64;
 
   u32 a[SUB_M], b[SUB_N], scale[SUB_N], scale_shift[SUB_N];
+  int a_slice;  // the chunk slice of the lane's first A load
   int n_rows_left;  // N - n0, block-uniform
   bool whole_tiles_n;  // N % BLOCK_N == 0 (a compile-time constant in a specialized build)
 
@@ -184,10 +227,13 @@ struct LaneOffsets {
   __device__ __forceinline__ LaneOffsets(const Problem& p, int m0, int n0)
       : n_rows_left(p.N - n0), whole_tiles_n(p.N % (SUB_N * S::ROWS) == 0) {
     const int lane = arch_lane_id(), r = lane % S::ROWS, group = lane / S::ROWS;
+    int a_row, a_step, a_element;
+    A::first_element(r, a_row, a_step, a_element);
+    a_slice = a_step * S::GROUPS + group;
 #pragma unroll
     for (int sm = 0; sm < SUB_M; ++sm) {
-      const u32 m = (u32)min_int(m0 + sm * S::ROWS + r, p.M - 1);
-      a[sm] = (m * (u32)p.K + group * SLICE_K) * 2;
+      const u32 m = (u32)min_int(m0 + sm * S::ROWS + a_row, p.M - 1);
+      a[sm] = (m * (u32)p.K + a_slice * SLICE_K + a_element) * 2;
     }
 #pragma unroll
     for (int sn = 0; sn < SUB_N; ++sn) {
@@ -212,11 +258,10 @@ struct BChunk {
 // padding byte read beside real ones is never used (rows clamped at N only feed unwritten columns).
 // TAIL: the last, partial chunk (chunk_slices < 8): slices past K read no codes and get zero codes,
 // and their scale bytes become 127, since 0 times a padding byte of 255 (NaN) would still be NaN.
-template <int MFMA, int SUB_M, int SUB_N, bool B_SHUFFLED, bool TAIL>
-__device__ __forceinline__ void load_b_chunk(const Problem& p, const LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED>& at,
-                                             int chunk, int chunk_slices, BChunk<MFMA, SUB_N>& out) {
+template <bool TAIL, int MFMA, int SUB_N, class L>
+__device__ __forceinline__ void load_b_chunk(const Problem& p, const L& at, int chunk, int chunk_slices,
+                                             BChunk<MFMA, SUB_N>& out) {
   typedef Shape<MFMA> S;
-  typedef LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED> L;
   const int group = arch_lane_id() / S::ROWS;
 #pragma unroll
   for (int sn = 0; sn < SUB_N; ++sn) {
@@ -240,25 +285,19 @@ __device__ __forceinline__ void load_b_chunk(const Problem& p, const LaneOffsets
   }
 }
 
-// This lane's raw A blocks of one chunk: per (M subtile, step) 32 bf16 as 16 dwords.
-template <int MFMA, int SUB_M, int SUB_N, bool B_SHUFFLED, bool TAIL>
-__device__ __forceinline__ void load_a_chunk(const Problem& p, const LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED>& at,
-                                             int chunk, int chunk_slices, u32 (&raw)[SUB_M][Shape<MFMA>::STEPS][16]) {
-  typedef Shape<MFMA> S;
-  typedef LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED> L;
-  const int group = arch_lane_id() / S::ROWS;
+// This lane's raw A elements of one chunk (ALayout), per M subtile as dwords of two bf16.
+template <bool TAIL, int SUB_M, int WORDS, class L>
+__device__ __forceinline__ void load_a_chunk(const Problem& p, const L& at, int chunk, int chunk_slices, u32 (&raw)[SUB_M][WORDS]) {
+  typedef typename L::S S;
 #pragma unroll
   for (int sm = 0; sm < SUB_M; ++sm)
 #pragma unroll
-    for (int u = 0; u < S::STEPS; ++u) {
-      const u32x4* src = (const u32x4*)((const u8*)p.A + (u32)chunk * L::A_CHUNK + at.a[sm] + u * L::A_STEP);
+    for (int i = 0; i < L::A::LOADS; ++i) {
+      const u8* src = (const u8*)p.A + (u32)chunk * L::A_CHUNK + at.a[sm] + (i / 4) * L::A_STEP + (i % 4) * 16;
+      u32x4 v = u32x4{};
+      if (!TAIL || at.a_slice + (i / 4) * S::GROUPS < chunk_slices) v = *(const u32x4*)src;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        u32x4 v = u32x4{};
-        if (!TAIL || u * S::GROUPS + group < chunk_slices) v = src[i];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) raw[sm][u][4 * i + j] = v[j];
-      }
+      for (int j = 0; j < 4; ++j) raw[sm][4 * i + j] = v[j];
     }
 }
 
@@ -290,10 +329,46 @@ __device__ __forceinline__ bool leaves_fp32_range(u32 scale_bytes) {
   return (low > high ? low : high) >= 189;
 }
 
-// Quantize the chunk's A blocks and issue its MFMAs (steps with no slice left are skipped: K tail).
+__device__ __forceinline__ u32x4 words4(u32 w0, u32 w1, u32 w2, u32 w3) {
+  u32x4 v;
+  v[0] = w0, v[1] = w1, v[2] = w2, v[3] = w3;
+  return v;
+}
+
+// One M subtile's MFMA operands of a chunk from the lane's raw A (ALayout): the codes per step and
+// the scale bytes (step u's in byte A_SCALE_BYTE<u>).
+template <int MFMA, int A_ROWS, int WORDS>
+__device__ __forceinline__ u32 quantize_a(const u32 (&raw)[WORDS], u32x4 (&codes)[Shape<MFMA>::STEPS]) {
+  typedef Shape<MFMA> S;
+  constexpr int BYTE0 = 8 * S::template A_SCALE_BYTE<0>, BYTE1 = 8 * S::template A_SCALE_BYTE<1>;
+  if constexpr (A_ROWS == S::ROWS) {
+    u32 scales = 0;
+    static_for<0, S::STEPS>([&](auto step) {
+      constexpr int u = decltype(step)::value;
+      u32 words[4];
+      scales |= quantize_words<16>(raw + 16 * u, words) << (8 * S::template A_SCALE_BYTE<u>);
+      codes[u] = words4(words[0], words[1], words[2], words[3]);
+    });
+    return scales;
+  } else if constexpr (A_ROWS == 8) {
+    u32 w[4];
+    const u32 byte = quantize_words<16>(raw, w);
+    codes[0] = words4(w[0], w[1], w[2], w[3]);
+    codes[1] = words4(arch_row_ror8(w[0]), arch_row_ror8(w[1]), arch_row_ror8(w[2]), arch_row_ror8(w[3]));
+    return byte << BYTE0 | arch_row_ror8(byte) << BYTE1;
+  } else {
+    u32 w[2];
+    const u32 byte = quantize_words<8>(raw, w);
+    codes[0] = words4(w[0], w[1], arch_row_half_mirror(w[0]), arch_row_half_mirror(w[1]));
+    codes[1] = words4(arch_row_ror8(w[0]), arch_row_ror8(w[1]), arch_row_mirror(w[0]), arch_row_mirror(w[1]));
+    return byte << BYTE0 | arch_row_ror8(byte) << BYTE1;
+  }
+}
+
+// Quantize the chunk's A and issue its MFMAs (steps with no slice left are skipped: K tail).
 // Also tracks the largest scale byte the chunk's MFMAs use (acc.scale_bytes).
-template <int MFMA, int SUB_M, int SUB_N, class Offsets>
-__device__ __forceinline__ void mfma_chunk(const Offsets& at, int chunk_slices, const u32 (&raw)[SUB_M][Shape<MFMA>::STEPS][16],
+template <int MFMA, int SUB_M, int SUB_N, int WORDS, class Offsets>
+__device__ __forceinline__ void mfma_chunk(const Offsets& at, int chunk_slices, const u32 (&raw)[SUB_M][WORDS],
                                            const BChunk<MFMA, SUB_N>& b, Accumulators<MFMA, SUB_M, SUB_N>& acc) {
   typedef Shape<MFMA> S;
   static_for<0, SUB_N>([&](auto subtile) {
@@ -307,11 +382,7 @@ __device__ __forceinline__ void mfma_chunk(const Offsets& at, int chunk_slices, 
 #pragma unroll
   for (int sm = 0; sm < SUB_M; ++sm) {
     u32x4 a_codes[S::STEPS];
-    u32 a_scales = 0;  // step u's scale in byte A_SCALE_BYTE<u>
-    static_for<0, S::STEPS>([&](auto step) {
-      constexpr int u = decltype(step)::value;
-      a_scales |= quantize_block(raw[sm][u], a_codes[u]) << (8 * S::template A_SCALE_BYTE<u>);
-    });
+    const u32 a_scales = quantize_a<MFMA, Offsets::A::ROWS>(raw[sm], a_codes);
     acc.scale_bytes = arch_max_u16x2(acc.scale_bytes, a_scales);
     if constexpr (S::STEPS == 4) acc.scale_bytes = arch_max_u16x2(acc.scale_bytes, a_scales << 8);
     static_for<0, S::STEPS>([&](auto step) {
@@ -335,81 +406,113 @@ __device__ __forceinline__ void mfma_chunk(const Offsets& at, int chunk_slices, 
 
 // One full chunk: load its A, then the B of this wave's next chunk into `next`,
 // then quantize and multiply with `current`, loaded one chunk earlier.
-template <int MFMA, int SUB_M, int SUB_N, int WAVES, bool B_SHUFFLED>
-__device__ __forceinline__ void full_chunk(const Problem& p, const LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED>& at,
-                                           int chunk, int end, const BChunk<MFMA, SUB_N>& current,
+template <int WAVES, int MFMA, int SUB_M, int SUB_N, class L>
+__device__ __forceinline__ void full_chunk(const Problem& p, const L& at, int chunk, int end, const BChunk<MFMA, SUB_N>& current,
                                            BChunk<MFMA, SUB_N>& next, Accumulators<MFMA, SUB_M, SUB_N>& acc) {
-  u32 raw[SUB_M][Shape<MFMA>::STEPS][16];
-  load_a_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, false>(p, at, chunk, CHUNK_SLICES, raw);
+  u32 raw[SUB_M][L::A::WORDS];
+  load_a_chunk<false>(p, at, chunk, CHUNK_SLICES, raw);
   // Loads complete in issue order: A must go out before the prefetch, or waiting for A waits for it.
   arch_schedule_barrier();
   // Unconditional (the last one re-reads this chunk, still in cache): a branch here would make the
   // compiler wait for every load before the MFMAs.
   const int next_chunk = chunk + WAVES < end ? chunk + WAVES : chunk;
-  load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, false>(p, at, next_chunk, CHUNK_SLICES, next);
+  load_b_chunk<false>(p, at, next_chunk, CHUNK_SLICES, next);
   arch_schedule_barrier();
-  mfma_chunk<MFMA, SUB_M, SUB_N>(at, CHUNK_SLICES, raw, current, acc);
+  mfma_chunk(at, CHUNK_SLICES, raw, current, acc);
 }
 
 // Registers per lane of two B buffers, the raw A of a chunk and the accumulators: at most this many
 // keeps a tile at 2 waves per SIMD (256 VGPRs + AGPRs) with room for addresses and temporaries.
 constexpr int DOUBLE_BUFFER_REGISTERS = 224;
 
-template <int MFMA, int SUB_M, int SUB_N>
+template <int MFMA, int SUB_M, int SUB_N, int A_WORDS>
 struct DoubleBuffered {
   typedef Shape<MFMA> S;
   static constexpr bool value =
-      2 * SUB_N * (S::STEPS * 4 + S::SCALE_WORDS) + SUB_M * S::STEPS * 16 + SUB_M * SUB_N * S::ACC <= DOUBLE_BUFFER_REGISTERS;
+      2 * SUB_N * (S::STEPS * 4 + S::SCALE_WORDS) + SUB_M * A_WORDS + SUB_M * SUB_N * S::ACC <= DOUBLE_BUFFER_REGISTERS;
 };
 
-// This wave's full chunks begin, begin + WAVES, ... < end. With room for a second B buffer, the two B
+// This wave's full chunks begin, begin + WAVES, ... < end (begin < end: loops that test at the bottom,
+// so a caller's check of the first chunk is the only one). With room for a second B buffer, the two B
 // buffers alternate (unrolled by two) so a prefetched chunk is never copied nor waited for before its
 // use. Otherwise (large tiles) B is loaded right after A and its latency hides behind the A
 // quantization, which is long there.
-template <int MFMA, int SUB_M, int SUB_N, int WAVES, bool B_SHUFFLED>
-__device__ __forceinline__ void full_chunks(const Problem& p, const LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED>& at,
-                                            int begin, int end, Accumulators<MFMA, SUB_M, SUB_N>& acc) {
+template <int WAVES, int MFMA, int SUB_M, int SUB_N, class L>
+__device__ __forceinline__ void full_chunks(const Problem& p, const L& at, int begin, int end, Accumulators<MFMA, SUB_M, SUB_N>& acc) {
   BChunk<MFMA, SUB_N> even, odd;
-  if constexpr (DoubleBuffered<MFMA, SUB_M, SUB_N>::value) {
-    if (begin < end) load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, false>(p, at, begin, CHUNK_SLICES, even);
-    for (int chunk = begin; chunk < end; chunk += 2 * WAVES) {
-      full_chunk<MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED>(p, at, chunk, end, even, odd, acc);
+  if constexpr (DoubleBuffered<MFMA, SUB_M, SUB_N, L::A::WORDS>::value) {
+    load_b_chunk<false>(p, at, begin, CHUNK_SLICES, even);
+    for (int chunk = begin;; chunk += 2 * WAVES) {
+      full_chunk<WAVES>(p, at, chunk, end, even, odd, acc);
       if (chunk + WAVES >= end) break;
-      full_chunk<MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED>(p, at, chunk + WAVES, end, odd, even, acc);
+      full_chunk<WAVES>(p, at, chunk + WAVES, end, odd, even, acc);
+      if (chunk + 2 * WAVES >= end) break;
     }
   } else {
-    for (int chunk = begin; chunk < end; chunk += WAVES) {
-      u32 raw[SUB_M][Shape<MFMA>::STEPS][16];
-      load_a_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, false>(p, at, chunk, CHUNK_SLICES, raw);
+    for (int chunk = begin;; chunk += WAVES) {
+      u32 raw[SUB_M][L::A::WORDS];
+      load_a_chunk<false>(p, at, chunk, CHUNK_SLICES, raw);
       arch_schedule_barrier();
-      load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, false>(p, at, chunk, CHUNK_SLICES, even);
+      load_b_chunk<false>(p, at, chunk, CHUNK_SLICES, even);
       arch_schedule_barrier();
-      mfma_chunk<MFMA, SUB_M, SUB_N>(at, CHUNK_SLICES, raw, even, acc);
+      mfma_chunk(at, CHUNK_SLICES, raw, even, acc);
+      if (chunk + WAVES >= end) break;
     }
   }
 }
 
-// Sum the waves' tiles into LDS in wave order (deterministic), leaving the block's tile in `tile`.
-template <int MFMA, int SUB_M, int SUB_N, int WAVES>
-__device__ __forceinline__ void reduce_waves(const Accumulators<MFMA, SUB_M, SUB_N>& acc, float* tile) {
+// This wave's chunks of the split: full ones, then the partial last chunk (K % 256 != 0) if it is
+// this wave's, done once with per-slice predicates. A_ROWS: ALayout.
+template <int A_ROWS, int WAVES, bool B_SHUFFLED, int MFMA, int SUB_M, int SUB_N>
+__device__ __forceinline__ void accumulate(const Problem& p, int m0, int n0, int begin, int full_end, int end,
+                                           Accumulators<MFMA, SUB_M, SUB_N>& acc) {
+  const LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED, A_ROWS> at(p, m0, n0);
+  const int wave = arch_wave_id();
+  if (begin + wave < full_end) full_chunks<WAVES>(p, at, begin + wave, full_end, acc);
+  if (full_end < end && (full_end - begin) % WAVES == wave) {
+    u32 raw[SUB_M][ALayout<MFMA, A_ROWS>::WORDS];
+    BChunk<MFMA, SUB_N> b;
+    const int tail_slices = p.K / SLICE_K % CHUNK_SLICES;
+    load_a_chunk<true>(p, at, full_end, tail_slices, raw);
+    load_b_chunk<true>(p, at, full_end, tail_slices, b);
+    mfma_chunk(at, tail_slices, raw, b, acc);
+  }
+}
+
+// This wave's tile into (ADD: onto) an LDS slice (row-major BLOCK_M x BLOCK_N).
+template <bool ADD, int MFMA, int SUB_M, int SUB_N>
+__device__ __forceinline__ void store_wave_tile(const Accumulators<MFMA, SUB_M, SUB_N>& acc, float* slice) {
   typedef Shape<MFMA> S;
   constexpr int BLOCK_N = S::ROWS * SUB_N;
-  const int lane = arch_lane_id(), wave = arch_wave_id();
-  for (int w = 0; w < WAVES; ++w) {
-    if (wave == w) {
+  const int lane = arch_lane_id();
 #pragma unroll
-      for (int sm = 0; sm < SUB_M; ++sm)
+  for (int sm = 0; sm < SUB_M; ++sm)
 #pragma unroll
-        for (int sn = 0; sn < SUB_N; ++sn)
+    for (int sn = 0; sn < SUB_N; ++sn)
 #pragma unroll
-          for (int i = 0; i < S::ACC; ++i) {
-            const int r = sm * S::ROWS + acc_row<MFMA>(lane, i), c = sn * S::ROWS + lane % S::ROWS;
-            float& slot = tile[r * BLOCK_N + c];
-            slot = (w == 0 ? 0.0f : slot) + acc.tile[sm][sn][i];
-          }
-    }
-    arch_block_barrier();
+      for (int i = 0; i < S::ACC; ++i) {
+        float& slot = slice[(sm * S::ROWS + acc_row<MFMA>(lane, i)) * BLOCK_N + sn * S::ROWS + lane % S::ROWS];
+        slot = ADD ? slot + acc.tile[sm][sn][i] : acc.tile[sm][sn][i];
+      }
+}
+
+// The busy waves' tiles (waves [0, busy) ran chunks) summed pairwise into SLICES = ceil(WAVES / 2)
+// LDS slices: wave w >= SLICES stores into slice w - SLICES, then wave w < SLICES adds its tile
+// there (or stores it, if wave w + SLICES was idle). Slice s = tile s + tile s + SLICES, a fixed
+// order. Returns the slices holding data. Half the LDS of a slice per wave, one add per element.
+template <int WAVES, int MFMA, int SUB_M, int SUB_N>
+__device__ __forceinline__ int pair_wave_tiles(const Accumulators<MFMA, SUB_M, SUB_N>& acc, int busy, float* slices) {
+  constexpr int SLICES = (WAVES + 1) / 2, SLICE = SUB_M * SUB_N * MFMA * MFMA;
+  const int wave = arch_wave_id();
+  if (wave >= SLICES && wave < busy) store_wave_tile<false>(acc, slices + (wave - SLICES) * SLICE);
+  arch_block_barrier();
+  if (wave < SLICES && wave < busy) {
+    if (wave + SLICES < busy)
+      store_wave_tile<true>(acc, slices + wave * SLICE);
+    else
+      store_wave_tile<false>(acc, slices + wave * SLICE);
   }
+  return min_int(SLICES, busy);
 }
 
 // ---- exact fallback (values past the fp32 range; never taken on real data) --------------------
@@ -453,23 +556,27 @@ __device__ __attribute__((noinline, cold)) void exact_tile(const u16* A, const u
   arch_block_barrier();
 }
 
-// Write the tile: to C when split_k == 1, else as this split's fp32 partial, and then, in the last
-// block to arrive, the sum of all partials (split order) to C. Each thread owns 4 adjacent columns
-// (N % 16 == 0, so 4 columns are all in range or all out).
+// Write the tile, the sum of its first `slices` LDS slices in slice order (deterministic): to C when
+// split_k == 1, else as this split's fp32 partial, and then, in the last block to arrive, the sum of
+// all partials (split order) to C. Each thread owns 4 adjacent columns (N % 16 == 0, so 4 columns are
+// all in range or all out).
 template <int BLOCK_M, int BLOCK_N, int THREADS>
-__device__ __forceinline__ void write_tile(const Problem& p, int m0, int n0, const float* tile) {
+__device__ __forceinline__ void write_tile(const Problem& p, int m0, int n0, const float* tile, int slices) {
   constexpr int GROUPS_PER_ROW = BLOCK_N / 4;
   const int split = arch_block_id_z();
   const long long MN = (long long)p.M * p.N;
   for (int g = arch_thread_id(); g < BLOCK_M * GROUPS_PER_ROW; g += THREADS) {
     const int r = g / GROUPS_PER_ROW, c = (g % GROUPS_PER_ROW) * 4, m = m0 + r, n = n0 + c;
     if (m >= p.M || n >= p.N) continue;
-    const float* v = tile + r * BLOCK_N + c;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int s = 0; s < slices; ++s)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] += tile[s * BLOCK_M * BLOCK_N + r * BLOCK_N + c + j];
     const long long at = (long long)m * p.N + n;
     if (p.split_k == 1) {
       u32* out = (u32*)(p.C + at);
-      out[0] = bf16_pair(v[0], v[1]);
-      out[1] = bf16_pair(v[2], v[3]);
+      out[0] = arch_bf16x2_rne(v[0], v[1]);
+      out[1] = arch_bf16x2_rne(v[2], v[3]);
     } else {
       float* out = p.partials + split * MN + at;
       for (int j = 0; j < 4; ++j) out[j] = v[j];
@@ -494,8 +601,8 @@ __device__ __forceinline__ void write_tile(const Problem& p, int m0, int n0, con
     for (int s = 0; s < p.split_k; ++s)
       for (int j = 0; j < 4; ++j) sum[j] += p.partials[s * MN + at + j];
     u32* out = (u32*)(p.C + at);
-    out[0] = bf16_pair(sum[0], sum[1]);
-    out[1] = bf16_pair(sum[2], sum[3]);
+    out[0] = arch_bf16x2_rne(sum[0], sum[1]);
+    out[1] = arch_bf16x2_rne(sum[2], sum[3]);
   }
   if (arch_thread_id() == 0) p.counters[tile_id] = 0;
 }
@@ -504,33 +611,44 @@ template <int MFMA, int SUB_M, int SUB_N, int WAVES, bool B_SHUFFLED>
 __device__ __forceinline__ void gemm(const Problem& p) {
   typedef Shape<MFMA> S;
   constexpr int BLOCK_M = S::ROWS * SUB_M, BLOCK_N = S::ROWS * SUB_N;
-  __shared__ float tile[BLOCK_M * BLOCK_N];
+  __shared__ __attribute__((aligned(16))) float tiles[(WAVES + 1) / 2 * BLOCK_M * BLOCK_N];  // pair_wave_tiles
 
   const int m0 = arch_block_id_y() * BLOCK_M, n0 = arch_block_id_x() * BLOCK_N;
   const int k_slices = p.K / SLICE_K, chunks = (k_slices + CHUNK_SLICES - 1) / CHUNK_SLICES;
   const int split = arch_block_id_z(), wave = arch_wave_id();
   const int begin = (int)((long long)split * chunks / p.split_k), end = (int)((long long)(split + 1) * chunks / p.split_k);
-  const int tail_slices = k_slices % CHUNK_SLICES;
-  const int full_end = end == chunks && tail_slices ? end - 1 : end;  // the partial chunk is the last one
+  const int full_end = end == chunks && k_slices % CHUNK_SLICES ? end - 1 : end;  // the partial chunk is the last one
+  const int busy_waves = min_int(WAVES, end - begin);  // waves [0, busy_waves) have at least one chunk
 
-  const LaneOffsets<MFMA, SUB_M, SUB_N, B_SHUFFLED> at(p, m0, n0);
-  Accumulators<MFMA, SUB_M, SUB_N> acc = {};
-  full_chunks<MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED>(p, at, begin + wave, full_end, acc);
-  if (full_end < end && (full_end - begin) % WAVES == wave) {
-    u32 raw[SUB_M][S::STEPS][16];
-    BChunk<MFMA, SUB_N> b;
-    load_a_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, true>(p, at, full_end, tail_slices, raw);
-    load_b_chunk<MFMA, SUB_M, SUB_N, B_SHUFFLED, true>(p, at, full_end, tail_slices, b);
-    mfma_chunk<MFMA, SUB_M, SUB_N>(at, tail_slices, raw, b, acc);
+  // Waves with no chunk skip the K loop and add no tile.
+  Accumulators<MFMA, SUB_M, SUB_N> acc;
+  acc.scale_bytes = 0;
+  if (begin + wave < end) {  // the condition of its first chunk, so that check folds into this one
+#pragma unroll
+    for (int sm = 0; sm < SUB_M; ++sm)
+#pragma unroll
+      for (int sn = 0; sn < SUB_N; ++sn) acc.tile[sm][sn] = typename AccOf<MFMA>::type{};
+    if constexpr (MFMA == 16 && SUB_M == 1) {
+      // Quantize only the A rows that exist, in 4 or 8 (ALayout): one wave-uniform branch.
+      const int rows = tile_rows<BLOCK_M>(p.M, arch_block_id_y());
+      if (rows <= 4)
+        accumulate<4, WAVES, B_SHUFFLED>(p, m0, n0, begin, full_end, end, acc);
+      else if (rows <= 8)
+        accumulate<8, WAVES, B_SHUFFLED>(p, m0, n0, begin, full_end, end, acc);
+      else
+        accumulate<S::ROWS, WAVES, B_SHUFFLED>(p, m0, n0, begin, full_end, end, acc);
+    } else {
+      accumulate<S::ROWS, WAVES, B_SHUFFLED>(p, m0, n0, begin, full_end, end, acc);
+    }
   }
+  const int slices = pair_wave_tiles<WAVES>(acc, busy_waves, tiles);
 
-  if (arch_block_any<WAVES>(leaves_fp32_range(acc.scale_bytes)))
+  const bool exact = arch_block_any<WAVES>(leaves_fp32_range(acc.scale_bytes));  // also publishes the slices
+  if (exact)
     exact_tile<BLOCK_M, BLOCK_N, 64 * WAVES, B_SHUFFLED>(p.A, p.B, p.B_scale_sh, p.N, p.K, p.scale_cols,
                                                          min_int(BLOCK_M, p.M - m0), m0, n0, begin * CHUNK_SLICES,
-                                                         min_int(end * CHUNK_SLICES, k_slices), tile);
-  else
-    reduce_waves<MFMA, SUB_M, SUB_N, WAVES>(acc, tile);
-  write_tile<BLOCK_M, BLOCK_N, 64 * WAVES>(p, m0, n0, tile);
+                                                         min_int(end * CHUNK_SLICES, k_slices), tiles);
+  write_tile<BLOCK_M, BLOCK_N, 64 * WAVES>(p, m0, n0, tiles, exact ? 1 : slices);
 }
 
 }  // namespace mxfp4
@@ -565,10 +683,10 @@ extern "C" __global__ void __launch_bounds__(64 * MXFP4_WAVES) mxfp4_gemm_specia
 
 MXFP4_GEMM_VARIANT(mxfp4_gemm_m16n64w4, 16, 1, 4, 4, true)
 MXFP4_GEMM_VARIANT(mxfp4_gemm_m16n128w4, 16, 1, 8, 4, true)
-MXFP4_GEMM_VARIANT(mxfp4_gemm_m32n64w4, 32, 1, 2, 4, true)
-MXFP4_GEMM_VARIANT(mxfp4_gemm_m32n128w4, 32, 1, 4, 4, true)
+MXFP4_GEMM_VARIANT(mxfp4_gemm_m32n64w4, 16, 2, 4, 4, true)
+MXFP4_GEMM_VARIANT(mxfp4_gemm_m32n128w4, 16, 2, 8, 4, true)
 MXFP4_GEMM_VARIANT(mxfp4_gemm_m16n64w4_bq, 16, 1, 4, 4, false)
-MXFP4_GEMM_VARIANT(mxfp4_gemm_m32n64w4_bq, 32, 1, 2, 4, false)
+MXFP4_GEMM_VARIANT(mxfp4_gemm_m32n64w4_bq, 16, 2, 4, 4, false)
 
 // Test entry (not used by the backend): A's codes [M, K/2] and scales [M, K/32] as the GEMM computes them,
 // one thread per 32-element block, 256 threads per block.
