@@ -109,6 +109,7 @@ def main(argv=None):
     parser.add_argument("--shapes", default=";".join(",".join(map(str, s)) for s in ODD_SHAPES),
                         help="'m,n,k;m,n,k' (default: the odd shapes)")
     parser.add_argument("--max-plans", type=int, default=0, help="at most this many plans per backend and shape (0: all)")
+    parser.add_argument("--label-prefix", default="", help="only plans whose label starts with this (e.g. 'p.': cuda's pipe plans)")
     parser.add_argument("--list", action="store_true", help="print the plans, run nothing")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available() or torch.version.hip:
@@ -121,6 +122,7 @@ def main(argv=None):
         module = dispatch.load_backend(name)
         for m, n, k in parse_shapes(args.shapes):
             plans, make = plans_for(name, module, m, n, k, device)
+            plans = [plan for plan in plans if label(module, plan).startswith(args.label_prefix)]
             plans = plans[: args.max_plans] if args.max_plans else plans
             for plan in plans:
                 for extreme in (False, True):
