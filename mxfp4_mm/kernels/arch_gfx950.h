@@ -4,7 +4,6 @@
 
 typedef u32 u32x4 __attribute__((ext_vector_type(4)));  // 16 bytes: 32 fp4 codes of one lane
 typedef float f32x4 __attribute__((ext_vector_type(4)));
-typedef float f32x16 __attribute__((ext_vector_type(16)));
 typedef int i32x8_ __attribute__((ext_vector_type(8)));
 typedef __bf16 bf16x2_ __attribute__((ext_vector_type(2)));
 typedef u16 u16x2_ __attribute__((ext_vector_type(2)));
@@ -83,13 +82,4 @@ __device__ __forceinline__ f32x4 arch_mfma_scale_16x16x128_fp4(u32x4 a, u32x4 b,
   i32x8_ a8 = {(int)a[0], (int)a[1], (int)a[2], (int)a[3], 0, 0, 0, 0};
   i32x8_ b8 = {(int)b[0], (int)b[1], (int)b[2], (int)b[3], 0, 0, 0, 0};
   return __builtin_amdgcn_mfma_scale_f32_16x16x128_f8f6f4(a8, b8, c, 4, 4, SEL_A, (int)scale_a, SEL_B, (int)scale_b);
-}
-
-// v_mfma_scale_f32_32x32x64_f8f6f4, fp4: lane l gives row (col) l%32, K slice [32*(l/32), +32).
-// Result lane l, c[j] = C[8*(j/4) + 4*(l/32) + j%4][l%32].
-template <int SEL_A, int SEL_B>
-__device__ __forceinline__ f32x16 arch_mfma_scale_32x32x64_fp4(u32x4 a, u32x4 b, f32x16 c, u32 scale_a, u32 scale_b) {
-  i32x8_ a8 = {(int)a[0], (int)a[1], (int)a[2], (int)a[3], 0, 0, 0, 0};
-  i32x8_ b8 = {(int)b[0], (int)b[1], (int)b[2], (int)b[3], 0, 0, 0, 0};
-  return __builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4(a8, b8, c, 4, 4, SEL_A, (int)scale_a, SEL_B, (int)scale_b);
 }

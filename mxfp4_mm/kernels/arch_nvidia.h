@@ -22,7 +22,6 @@ struct f32xN {
   __device__ __forceinline__ float operator[](int i) const { return v[i]; }
 };
 typedef f32xN<4> f32x4;
-typedef f32xN<16> f32x16;
 
 __device__ __forceinline__ int arch_thread_id() { return threadIdx.x; }
 __device__ __forceinline__ int arch_lane_id() { return threadIdx.x % 64; }
@@ -156,24 +155,8 @@ __device__ __noinline__ f32x4 mfma_16x16x128_from_scratch(f32x4 c) {
   return c;
 }
 
-__device__ __noinline__ f32x16 mfma_32x32x64_from_scratch(f32x16 c) {
-  const WaveScratch& s = wave_scratch();
-  const int lane = arch_lane_id();
-  for (int j = 0; j < 16; ++j) {
-    const int row = 8 * (j / 4) + 4 * (lane / 32) + j % 4, col = lane % 32;
-    for (int slice = 0; slice < 2; ++slice) c[j] += scaled_block_dot(s, row + 32 * slice, col + 32 * slice);
-  }
-  return c;
-}
-
 template <int SEL_A, int SEL_B>
 __device__ __forceinline__ f32x4 arch_mfma_scale_16x16x128_fp4(u32x4 a, u32x4 b, f32x4 c, u32 scale_a, u32 scale_b) {
   publish_operands(a, b, scale_a, SEL_A, scale_b, SEL_B);
   return mfma_16x16x128_from_scratch(c);
-}
-
-template <int SEL_A, int SEL_B>
-__device__ __forceinline__ f32x16 arch_mfma_scale_32x32x64_fp4(u32x4 a, u32x4 b, f32x16 c, u32 scale_a, u32 scale_b) {
-  publish_operands(a, b, scale_a, SEL_A, scale_b, SEL_B);
-  return mfma_32x32x64_from_scratch(c);
 }

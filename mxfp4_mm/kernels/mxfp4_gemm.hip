@@ -119,39 +119,30 @@ __device__ __forceinline__ u32 quantize_block(const u32 (&x)[16], u32x4& codes) 
 
 // ---- the kernel --------------------------------------------------------------------------------
 
-// MFMA shape: 16 -> 16x16x128 (2 steps per chunk), 32 -> 32x32x64 (4 steps per chunk).
+// The MFMA: 16x16x128 (2 steps per chunk). Tiles of 32 rows are two M subtiles of it (the 32x32x64
+// MFMA does the same work per instruction as two of these, with the same A quantization per lane).
 template <int MFMA>
 struct Shape {
+  static_assert(MFMA == 16, "16x16x128 MFMA tiles only");
   static constexpr int ROWS = MFMA;                       // rows (and cols) of one MFMA tile
   static constexpr int GROUPS = 64 / MFMA;                // lane groups = K slices per MFMA step
   static constexpr int STEPS = CHUNK_SLICES / GROUPS;     // MFMA steps per chunk
-  static constexpr int SCALE_WORDS = 4 / GROUPS;          // shuffled-scale dwords per row per chunk
   static constexpr int ACC = MFMA * MFMA / 64;            // accumulator floats per lane
-  // Step u reads chunk column c = u * GROUPS + group: scale dword (c % 4) / GROUPS, byte 2 * (c / 4).
-  template <int U> static constexpr int SCALE_WORD = (U * GROUPS % 4) / GROUPS;
-  template <int U> static constexpr int SCALE_BYTE = 2 * (U * GROUPS / 4);
-  // Byte of the A scale dword holding step u's scale: bytes 1 and 3 with 2 steps (the high bytes of
-  // the 16-bit halves, ready for the range check's packed max), 0..3 with 4.
-  template <int U> static constexpr int A_SCALE_BYTE = STEPS == 2 ? 2 * U + 1 : U;
+  // Step u reads chunk column c = u * GROUPS + group: byte 2 * (c / 4) (+ (n%32)/16) of the row's
+  // one shuffled-scale dword of the chunk.
+  template <int U> static constexpr int SCALE_BYTE = 2 * U;
+  // Byte of the A scale dword holding step u's scale: bytes 1 and 3 (the high bytes of the 16-bit
+  // halves, ready for the range check's packed max).
+  template <int U> static constexpr int A_SCALE_BYTE = 2 * U + 1;
 };
 
-template <int MFMA> struct AccOf;
-template <> struct AccOf<16> { typedef f32x4 type; };
-template <> struct AccOf<32> { typedef f32x16 type; };
-
-template <int MFMA, int SEL_A, int SEL_B, class AccT>
-__device__ __forceinline__ AccT mfma(u32x4 a, u32x4 b, AccT c, u32 scale_a, u32 scale_b) {
-  if constexpr (MFMA == 16)
-    return arch_mfma_scale_16x16x128_fp4<SEL_A, SEL_B>(a, b, c, scale_a, scale_b);
-  else
-    return arch_mfma_scale_32x32x64_fp4<SEL_A, SEL_B>(a, b, c, scale_a, scale_b);
+template <int MFMA, int SEL_A, int SEL_B>
+__device__ __forceinline__ f32x4 mfma(u32x4 a, u32x4 b, f32x4 c, u32 scale_a, u32 scale_b) {
+  return arch_mfma_scale_16x16x128_fp4<SEL_A, SEL_B>(a, b, c, scale_a, scale_b);
 }
 
 // Row (within the MFMA tile) of accumulator element i of this lane (the column is lane % ROWS).
-template <int MFMA>
-__device__ __forceinline__ int acc_row(int lane, int i) {
-  return MFMA == 16 ? 4 * (lane / 16) + i : 8 * (i / 4) + 4 * (lane / 32) + i % 4;
-}
+__device__ __forceinline__ int acc_row(int lane, int i) { return 4 * (lane / 16) + i; }
 
 struct Problem {
   const u16* A;
@@ -174,7 +165,7 @@ struct Problem {
 template <int MFMA, int A_ROWS>
 struct ALayout {
   typedef Shape<MFMA> S;
-  static_assert(A_ROWS == S::ROWS || (MFMA == 16 && (A_ROWS == 8 || A_ROWS == 4)), "A_ROWS: 16x16 tiles only");
+  static_assert(A_ROWS == S::ROWS || A_ROWS == 8 || A_ROWS == 4, "A_ROWS: 16, 8 or 4");
   static constexpr int LOADS = A_ROWS == S::ROWS ? 4 * S::STEPS : A_ROWS == 8 ? 4 : 2;  // 16-byte loads
   static constexpr int WORDS = 4 * LOADS;                                                 // raw dwords
   static constexpr int ROWS = A_ROWS;
@@ -203,6 +194,8 @@ __device__ __forceinline__ int tile_rows(int M, int tile_y) {
 template <int MFMA, int SUB_M, int SUB_N, bool B_SHUFFLED, int A_ROWS>
 struct LaneOffsets {
   typedef Shape<MFMA> S;
+  // Even: a tile starts on a multiple of 32 rows, so subtile sn's rows read scale byte (n%32)/16 = sn%2.
+  static_assert(SUB_N % 2 == 0, "an even number of N subtiles");
   typedef ALayout<MFMA, A_ROWS> A;
   static constexpr u32 A_CHUNK = CHUNK_SLICES * SLICE_K * 2, A_STEP = S::GROUPS * SLICE_K * 2;
   // Slice s of B row n: shuffled (16x16 panels, format.md §3) at (n/16)*8K + (n%16)*16 + s*256;
@@ -210,18 +203,17 @@ struct LaneOffsets {
   static constexpr u32 B_SLICE = B_SHUFFLED ? 256 : 16;
   static constexpr u32 B_CHUNK = CHUNK_SLICES * B_SLICE, B_STEP = S::GROUPS * B_SLICE;
   // Shuffled scale (r, c): ((r/32)*(cols/8) + c/8)*256 + (c%4)*64 + (r%16)*4 + ((c%8)/4)*2 + (r%32)/16.
-  static constexpr u32 SCALE_CHUNK = 256, SCALE_WORD = S::GROUPS * 64;
+  static constexpr u32 SCALE_CHUNK = 256;
 
-  u32 a[SUB_M], b[SUB_N], scale[SUB_N], scale_shift[SUB_N];
+  u32 a[SUB_M], b[SUB_N], scale[SUB_N];
   int a_slice;  // the chunk slice of the lane's first A load
   int n_rows_left;  // N - n0, block-uniform
   bool whole_tiles_n;  // N % BLOCK_N == 0 (a compile-time constant in a specialized build)
 
   // Whether N subtile sn holds real rows (N % 16 == 0: a 16-row subtile is all real or all past N).
-  // Only 16x16 tiles with an even SUB_N need it: their lanes past N read the byte of their own row's
-  // parity from row N-1's dword, which may be padding; elsewhere a clamped row reads its own bytes.
+  // Lanes past N read the byte of their own row's parity from row N-1's dword, which may be padding.
   __device__ __forceinline__ bool real_subtile_n(int sn) const {
-    return !(MFMA == 16 && SUB_N % 2 == 0) || whole_tiles_n || sn * S::ROWS < n_rows_left;
+    return whole_tiles_n || sn * S::ROWS < n_rows_left;
   }
 
   __device__ __forceinline__ LaneOffsets(const Problem& p, int m0, int n0)
@@ -240,17 +232,16 @@ struct LaneOffsets {
       const u32 n = (u32)min_int(n0 + sn * S::ROWS + r, p.N - 1);
       b[sn] = B_SHUFFLED ? (n / 16) * (8 * (u32)p.K) + (n % 16) * 16 + group * B_SLICE : n * ((u32)p.K / 2) + group * B_SLICE;
       scale[sn] = (n / 32) * ((u32)p.scale_cols / 8) * 256 + (n % 16) * 4 + group * 64;
-      scale_shift[sn] = 8 * ((n % 32) / 16);
     }
   }
 };
 
-// One lane's B data for one chunk: codes per (N subtile, step); per (N subtile, word) the shuffled-scale
-// dword holding this row's columns q and q + 4 (bytes (n%32)/16 and 2 + (n%32)/16).
+// One lane's B data for one chunk: codes per (N subtile, step); per N subtile the shuffled-scale dword
+// holding this row's columns q = group and q + 4 (bytes (n%32)/16 and 2 + (n%32)/16).
 template <int MFMA, int SUB_N>
 struct BChunk {
   u32x4 codes[SUB_N][Shape<MFMA>::STEPS];
-  u32 scales[SUB_N][Shape<MFMA>::SCALE_WORDS];
+  u32 scales[SUB_N];
 };
 
 // Scale dwords are read whole: e8m0_shuffle's padding (rows up to a multiple of 256, columns up to
@@ -272,16 +263,12 @@ __device__ __forceinline__ void load_b_chunk(const Problem& p, const L& at, int 
       out.codes[sn][u] = u32x4{};
       if (!TAIL || u * S::GROUPS + group < chunk_slices) out.codes[sn][u] = *(const u32x4*)(codes + u * L::B_STEP);
     }
-#pragma unroll
-    for (int w = 0; w < S::SCALE_WORDS; ++w) {
-      u32 word = *(const u32*)(p.B_scale_sh + (u32)chunk * L::SCALE_CHUNK + at.scale[sn] + w * L::SCALE_WORD);
-      if (TAIL) {
-        const int q = w * S::GROUPS + group;  // bytes 0, 1: column q; bytes 2, 3: column q + 4
-        if (q >= chunk_slices) word = (word & 0xFFFF0000u) | 0x7F7Fu;
-        if (q + 4 >= chunk_slices) word = (word & 0xFFFFu) | 0x7F7F0000u;
-      }
-      out.scales[sn][w] = word;
+    u32 word = *(const u32*)(p.B_scale_sh + (u32)chunk * L::SCALE_CHUNK + at.scale[sn]);
+    if (TAIL) {  // bytes 0, 1: column group; bytes 2, 3: column group + 4
+      if (group >= chunk_slices) word = (word & 0xFFFF0000u) | 0x7F7Fu;
+      if (group + 4 >= chunk_slices) word = (word & 0xFFFFu) | 0x7F7F0000u;
     }
+    out.scales[sn] = word;
   }
 }
 
@@ -303,22 +290,16 @@ __device__ __forceinline__ void load_a_chunk(const Problem& p, const L& at, int 
 
 template <int MFMA, int SUB_M, int SUB_N>
 struct Accumulators {
-  typename AccOf<MFMA>::type tile[SUB_M][SUB_N];
+  f32x4 tile[SUB_M][SUB_N];
   // High byte of each 16-bit half: the largest A and B scale byte this lane's MFMAs used (a packed
   // 16-bit max keeps the max of the high bytes there, whatever the low bytes hold).
   u32 scale_bytes;
 };
 
-// The B scale bytes the MFMAs of N subtile SN read from one scale dword (`word`, as loaded), moved to
-// bytes 1 and 3 (the other bytes do not matter). 16x16 tiles with an even SUB_N read bytes SN % 2 and
-// SN % 2 + 2; the others shift the dword down by the row's offset and read bytes 0 and 2.
-template <int MFMA, int SUB_N, int SN>
-__device__ __forceinline__ u32 used_scale_bytes_high(u32 word, u32 shift) {
-  if constexpr (MFMA == 16 && SUB_N % 2 == 0)
-    return SN % 2 ? word : word << 8;
-  else
-    return (word >> shift) << 8;
-}
+// The B scale bytes the MFMAs of N subtile SN read from its scale dword (`word`, as loaded), bytes SN % 2
+// and SN % 2 + 2, moved to bytes 1 and 3 (the other bytes do not matter).
+template <int SN>
+__device__ __forceinline__ u32 used_scale_bytes_high(u32 word) { return SN % 2 ? word : word << 8; }
 
 // Whether a dequantized value or a product of two could leave the fp32 range in the spec's GEMM: a scale
 // byte >= 253 (A: also NaN/inf, byte 254; B: 255 is NaN), or A and B bytes a + b >= 377
@@ -374,31 +355,22 @@ __device__ __forceinline__ void mfma_chunk(const Offsets& at, int chunk_slices, 
   static_for<0, SUB_N>([&](auto subtile) {
     constexpr int sn = decltype(subtile)::value;
     if (!at.real_subtile_n(sn)) return;
-#pragma unroll
-    for (int w = 0; w < S::SCALE_WORDS; ++w)
-      acc.scale_bytes =
-          arch_max_u16x2(acc.scale_bytes, used_scale_bytes_high<MFMA, SUB_N, sn>(b.scales[sn][w], at.scale_shift[sn]));
+    acc.scale_bytes = arch_max_u16x2(acc.scale_bytes, used_scale_bytes_high<sn>(b.scales[sn]));
   });
 #pragma unroll
   for (int sm = 0; sm < SUB_M; ++sm) {
     u32x4 a_codes[S::STEPS];
     const u32 a_scales = quantize_a<MFMA, Offsets::A::ROWS>(raw[sm], a_codes);
     acc.scale_bytes = arch_max_u16x2(acc.scale_bytes, a_scales);
-    if constexpr (S::STEPS == 4) acc.scale_bytes = arch_max_u16x2(acc.scale_bytes, a_scales << 8);
     static_for<0, S::STEPS>([&](auto step) {
       constexpr int u = decltype(step)::value;
       if (u * S::GROUPS >= chunk_slices) return;
       static_for<0, SUB_N>([&](auto subtile) {
         constexpr int sn = decltype(subtile)::value;
-        const u32 word = b.scales[sn][S::template SCALE_WORD<u>];
-        // 16-row subtiles of a tile that starts on a multiple of 32: the row's byte, (n%32)/16, is sn%2
-        // (rows clamped at N may pick another byte: their columns are never written).
-        constexpr int a_byte = S::template A_SCALE_BYTE<u>, b_byte = S::template SCALE_BYTE<u>;
-        if constexpr (MFMA == 16 && SUB_N % 2 == 0)
-          acc.tile[sm][sn] = mfma<MFMA, a_byte, b_byte + sn % 2>(a_codes[u], b.codes[sn][u], acc.tile[sm][sn], a_scales, word);
-        else
-          acc.tile[sm][sn] = mfma<MFMA, a_byte, b_byte>(a_codes[u], b.codes[sn][u], acc.tile[sm][sn], a_scales,
-                                                        word >> at.scale_shift[sn]);
+        // The row's byte, (n%32)/16, is sn%2 (rows clamped at N may pick another byte: their columns
+        // are never written).
+        constexpr int a_byte = S::template A_SCALE_BYTE<u>, b_byte = S::template SCALE_BYTE<u> + sn % 2;
+        acc.tile[sm][sn] = mfma<MFMA, a_byte, b_byte>(a_codes[u], b.codes[sn][u], acc.tile[sm][sn], a_scales, b.scales[sn]);
       });
     });
   }
@@ -429,7 +401,7 @@ template <int MFMA, int SUB_M, int SUB_N, int A_WORDS>
 struct DoubleBuffered {
   typedef Shape<MFMA> S;
   static constexpr bool value =
-      2 * SUB_N * (S::STEPS * 4 + S::SCALE_WORDS) + SUB_M * A_WORDS + SUB_M * SUB_N * S::ACC <= DOUBLE_BUFFER_REGISTERS;
+      2 * SUB_N * (S::STEPS * 4 + 1) + SUB_M * A_WORDS + SUB_M * SUB_N * S::ACC <= DOUBLE_BUFFER_REGISTERS;
 };
 
 // This wave's full chunks begin, begin + WAVES, ... < end (begin < end: loops that test at the bottom,
@@ -491,7 +463,7 @@ __device__ __forceinline__ void store_wave_tile(const Accumulators<MFMA, SUB_M, 
     for (int sn = 0; sn < SUB_N; ++sn)
 #pragma unroll
       for (int i = 0; i < S::ACC; ++i) {
-        float& slot = slice[(sm * S::ROWS + acc_row<MFMA>(lane, i)) * BLOCK_N + sn * S::ROWS + lane % S::ROWS];
+        float& slot = slice[(sm * S::ROWS + acc_row(lane, i)) * BLOCK_N + sn * S::ROWS + lane % S::ROWS];
         slot = ADD ? slot + acc.tile[sm][sn][i] : acc.tile[sm][sn][i];
       }
 }
@@ -627,8 +599,8 @@ __device__ __forceinline__ void gemm(const Problem& p) {
 #pragma unroll
     for (int sm = 0; sm < SUB_M; ++sm)
 #pragma unroll
-      for (int sn = 0; sn < SUB_N; ++sn) acc.tile[sm][sn] = typename AccOf<MFMA>::type{};
-    if constexpr (MFMA == 16 && SUB_M == 1) {
+      for (int sn = 0; sn < SUB_N; ++sn) acc.tile[sm][sn] = f32x4{};
+    if constexpr (SUB_M == 1) {
       // Quantize only the A rows that exist, in 4 or 8 (ALayout): one wave-uniform branch.
       const int rows = tile_rows<BLOCK_M>(p.M, arch_block_id_y());
       if (rows <= 4)
@@ -671,7 +643,7 @@ extern "C" __global__ void __launch_bounds__(64 * MXFP4_WAVES) mxfp4_gemm_specia
   mxfp4::gemm<MXFP4_MFMA, MXFP4_SUB_M, MXFP4_SUB_N, MXFP4_WAVES, MXFP4_B_SHUFFLED>(p);
 }
 #else
-// Variants: name, MFMA (16 | 32), M subtiles, N subtiles, waves, B layout (true: B_shuffle, false: B_q).
+// Variants: name, MFMA (16: 16x16x128), M subtiles, N subtiles, waves, B layout (true: B_shuffle, false: B_q).
 // Tile = (MFMA * M subtiles) x (MFMA * N subtiles). Grid (ceil(N / tile_n), ceil(M / tile_m), split_k),
 // block 64 * waves threads, no dynamic LDS.
 #define MXFP4_GEMM_VARIANT(NAME, MFMA, SUB_M, SUB_N, WAVES, B_SHUFFLED)                                      \
