@@ -49,10 +49,10 @@ PLANS = {
     # hbm 1.00 MB, l2 3.0 MB, 1440 mfma16, 90 blocks / 256 CUs, chain 1
     #   no tile reaches 192 blocks: the most blocks; no split (chain 1 <= 2)
     (32, 2880, 512): Plan('mxfp4_gemm_m16n64w4', 1),
-    # hbm 8.98 MB, l2 45.0 MB, 14336 mfma32, 224 blocks / 256 CUs, chain 2
+    # hbm 8.98 MB, l2 45.0 MB, 28672 mfma16, 224 blocks / 256 CUs, chain 2
     #   least L2 traffic of the tiles with >= 192 blocks; no split (chain 2 <= 2)
     (64, 7168, 2048): Plan('mxfp4_gemm_m32n64w4', 1),
-    # hbm 4.87 MB, l2 38.9 MB, 18432 mfma32, 192 blocks / 256 CUs, chain 2
+    # hbm 4.87 MB, l2 38.9 MB, 36864 mfma16, 192 blocks / 256 CUs, chain 2
     #   least L2 traffic of the tiles with >= 192 blocks; no split (chain 2 <= 2)
     (256, 3072, 1536): Plan('mxfp4_gemm_m32n128w4', 1),
 }
