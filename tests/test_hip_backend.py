@@ -287,11 +287,27 @@ def test_specialized_plans_run_through_the_backend(fake_gpu):
 
 
 def test_prepare_compiles_each_plan(fake_gpu, monkeypatch):
+    monkeypatch.delenv("MXFP4_MM_LINEINFO", raising=False)
     compiled = []
     monkeypatch.setattr(runtime, "load_module", lambda source, device, options=(): compiled.append(options))
     plans = hip.candidates(4, 2880, 512)
     hip.prepare(4, 2880, 512, torch.device("cpu"), plans)
     assert compiled == [hip.compile_options(4, 2880, 512, p) for p in plans]
+
+
+def test_line_info_only_on_request_and_only_for_nvrtc(monkeypatch):
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.delenv("MXFP4_MM_LINEINFO", raising=False)
+    assert hip.line_info_options() == ()
+    monkeypatch.setenv("MXFP4_MM_LINEINFO", "1")
+    assert hip.line_info_options() == ("-lineinfo",)
+    compiled = []
+    monkeypatch.setattr(runtime, "load_module", lambda source, device, options=(): compiled.append(options))
+    plan = hip.candidates(4, 2880, 512)[0]
+    hip.prepare(4, 2880, 512, torch.device("cpu"), [plan])
+    assert compiled == [hip.compile_options(4, 2880, 512, plan) + ("-lineinfo",)]
+    monkeypatch.setattr(torch.version, "hip", "7.0.0")
+    assert hip.line_info_options() == ()
 
 
 def test_grid_mfma_counts():

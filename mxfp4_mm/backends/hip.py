@@ -13,6 +13,7 @@ wave64 emulation of arch_nvidia.h with NVRTC. It exists to verify every plan on 
 """
 
 import collections
+import os
 import re
 
 import torch
@@ -100,8 +101,14 @@ def kernel_name(plan: hip_plans.Plan) -> str:
     return "mxfp4_gemm_specialized" if plan.specialized else plan.variant
 
 
+def line_info_options() -> tuple:
+    """NVRTC's -lineinfo for the emulated builds when MXFP4_MM_LINEINFO=1, so that a sanitizer's
+    report (kernel+offset) maps to source lines (nvdisasm -g); otherwise none."""
+    return ("-lineinfo",) if os.environ.get("MXFP4_MM_LINEINFO") == "1" and not torch.version.hip else ()
+
+
 def _module(m, n, k, device, plan):
-    return runtime.load_module(read_source(SOURCE), device, compile_options(m, n, k, plan))
+    return runtime.load_module(read_source(SOURCE), device, compile_options(m, n, k, plan) + line_info_options())
 
 
 def prepare(m: int, n: int, k: int, device: torch.device, plans) -> None:
