@@ -29,8 +29,8 @@ TASK_SHAPES = [(8, 2112, 7168), (16, 3072, 1536), (64, 3072, 1536), (256, 2880, 
 BENCH_SHAPES = TASK_SHAPES[4:]
 
 
-def pipe(bn, bm, split_k, kc=64, stages=4):
-    return PipePlan(PIPE, bn, bm, split_k, kc, stages)
+def pipe(bn, bm, split_k, kc=64, stages=4, cw=0):
+    return PipePlan(PIPE, bn, bm, split_k, kc, stages, cw)
 
 
 # ---- CPU ----------------------------------------------------------------------------------------
@@ -58,6 +58,9 @@ def test_pipe_validity_rules():
     assert not cuda.is_valid(*shape, pipe(128, 64, 2, kc=96))
     assert not cuda.is_valid(*shape, pipe(128, 64, 2, stages=2))  # a stage is refilled two chunks later
     assert not cuda.is_valid(*shape, pipe(128, 64, 9))
+    assert cuda.is_valid(*shape, pipe(128, 32, 2, stages=cuda_plans.PIPE_MAX_STAGES, cw=2))
+    assert not cuda.is_valid(*shape, pipe(128, 32, 2, stages=cuda_plans.PIPE_MAX_STAGES + 1))
+    assert not cuda.is_valid(*shape, pipe(128, 64, 2, cw=3))
     assert not cuda.is_valid(64, 512, 128, pipe(128, 64, 3))  # 2 chunks of 64: at most split 2
     assert not cuda.is_valid(*shape, pipe(256, 64, 2, kc=128, stages=8))  # shared memory
     assert not cuda_plans.pipe_is_valid(*shape, tuple(pipe(128, 64, 2)))  # a plain tuple is not a plan
@@ -74,12 +77,36 @@ def test_pipe_shared_memory_is_the_larger_of_the_ring_and_the_partial_tile():
 def test_pipe_compile_options_name_every_field():
     assert cuda.compile_options(3072, 1536, pipe(128, 256, 4, 128, 3)) == (
         "-DGN=3072", "-DGK=1536", "-DBN=128", "-DBM=256", "-DSPLITK=4", "-DKC=128", "-DSTAGES=3")
+    assert cuda.compile_options(3072, 1536, pipe(128, 64, 2, 64, 9, cw=1))[-1] == "-DCOPY_WARPS=1"
+
+
+def test_deep_stages_copy_the_whole_range_up_front_where_it_fits():
+    # 64x7168x2048 on 128 x 64 tiles, split 2: 16 chunks of 64 per CTA; a stage is 8 + 4 + 0.25 KB
+    # next to 32 KB of B operand buffers: 15 stages fit in 227 KB, not the 18 of all up front
+    plan = pipe(128, 64, 2)
+    assert cuda_plans.pipe_deep_stages(2048, plan) == 15
+    assert cuda_plans.pipe_smem_bytes(plan._replace(stages=15)) <= cuda.MAX_SMEM
+    assert cuda_plans.pipe_smem_bytes(plan._replace(stages=16)) > cuda.MAX_SMEM
+    # 4x2880x512 on 64 x 16 tiles, split 2: 4 chunks per CTA, all up front = 6 stages
+    assert cuda_plans.pipe_deep_stages(512, pipe(64, 16, 2)) == 6
+
+
+@pytest.mark.parametrize("shape", BENCH_SHAPES)
+def test_offered_pipe_plans_run_ahead_and_lead_with_a_copy_warp(shape):
+    """The first version's 2-chunk lookahead measured ~2 us per chunk on the H200 (2026-12-03):
+    the offers copy as far ahead as shared memory allows, the copy-warp variant first."""
+    m, n, k = shape
+    plans = cuda_plans.pipe_plans(*shape)
+    assert plans[0].cw == 1 and plans[1] == plans[0]._replace(cw=0)
+    for plan in plans:
+        assert plan.stages == cuda_plans.pipe_deep_stages(k, plan)
 
 
 def test_table_entries_of_either_plan_type_round_trip(monkeypatch):
     """The tuner writes table entries as plain tuples; a pipe entry's first field names its type."""
     entry = tuple(pipe(128, 256, 4))
-    assert entry == ("pipe", 128, 256, 4, 64, 4)
+    assert entry == ("pipe", 128, 256, 4, 64, 4, 0)
+    assert cuda.PipePlan(*entry[:6]) == pipe(128, 256, 4)  # entries written before the cw field
     monkeypatch.setitem(cuda_plans.PLANS, (256, 3072, 1536), entry)
     assert cuda_plans.table_plan(256, 3072, 1536) == pipe(128, 256, 4)
     assert cuda_plans.table_plan(200, 3072, 1536) == pipe(128, 256, 4)  # same M class
@@ -198,7 +225,9 @@ def test_every_offered_pipe_plan_on_the_task_shapes(shape):
 # partial one of 128 or 256), 2880; K = 128 (2 chunks of 64, one of 128), 640 (5 chunks: an
 # uneven split), 2048.
 ODD_PLANS = [pipe(64, 16, 1), pipe(128, 32, 2), pipe(128, 64, 2, kc=128, stages=3), pipe(192, 128, 3),
-             pipe(64, 256, 2, stages=3), pipe(128, 256, 2, stages=5), pipe(256, 64, 3, kc=128, stages=3)]
+             pipe(64, 256, 2, stages=3), pipe(128, 256, 2, stages=5), pipe(256, 64, 3, kc=128, stages=3),
+             pipe(64, 16, 1, stages=16, cw=1), pipe(128, 32, 2, stages=7, cw=2), pipe(256, 64, 3, stages=9, cw=1),
+             pipe(128, 128, 2, kc=128, stages=4, cw=1)]
 
 
 @pytest.mark.gpu
@@ -243,7 +272,8 @@ def test_one_build_serves_every_m():
 
 
 EXTREME_PLANS = [((256, 3072, 1536), pipe(128, 256, 4)), ((64, 7168, 2048), pipe(128, 64, 2, kc=128, stages=3)),
-                 ((33, 480, 1600), pipe(192, 64, 3)), ((16, 2112, 7168), pipe(64, 16, 4))]
+                 ((33, 480, 1600), pipe(192, 64, 3)), ((16, 2112, 7168), pipe(64, 16, 4)),
+                 ((64, 7168, 2048), pipe(256, 64, 4, stages=9, cw=1)), ((256, 3072, 1536), pipe(128, 128, 2, stages=9, cw=1))]
 
 
 @pytest.mark.gpu

@@ -116,6 +116,11 @@ __device__ __forceinline__ u32 a_fold(int e) {
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
+// Without release semantics (no MEMBAR.GPU waiting for the thread's global stores): for a barrier
+// that only keeps shared memory alive until the peers' reads, whose values were already used.
+__device__ __forceinline__ void cluster_sync_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
 __device__ __forceinline__ u32 cluster_addr(u32 local_addr, u32 rank) {
     u32 remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local_addr), "r"(rank));

@@ -24,8 +24,12 @@
 //
 // Per chunk: wait for its copies, barrier (also: every warpgroup's MMAs of chunk c-2 are done, so
 // that stage and the B operand buffer are free), refill that stage with chunk c+STAGES-2, convert,
-// fence.proxy.async + barrier, issue the chunk's KC/16 wgmmas and commit, wait until only this
-// chunk's group runs: its MMAs overlap the next chunk's conversion.
+// proxy fence + barrier, issue the chunk's KC/16 wgmmas and commit, wait until only this chunk's
+// group runs: its MMAs overlap the next chunk's conversion.
+// The proxy fence is CTA-scoped (`fence.proxy.async.shared::cta`): the plain `fence.proxy.async`
+// compiles to MEMBAR.ALL.GPU, which made every chunk wait for the copies issued just before it.
+// COPY_WARPS > 0: the last COPY_WARPS warps issue every copy and convert nothing (they still
+// take part in their warpgroup's wgmmas), so no thread that fences has copies in flight.
 //
 // Split-K runs across a (1, SPLITK, 1) thread-block cluster; partial tiles are summed in rank
 // order through distributed shared memory (deterministic; no scratch, no counters). M is a launch
@@ -35,7 +39,9 @@
 //
 // Compile-time configuration (-D): GN GK (shape), BN (rows of N per CTA: 64 per warpgroup),
 // BM (rows of M per CTA: the wgmma n), SPLITK (CTAs along K), KC (K per chunk: 64 or 128),
-// STAGES (stage ring slots, >= 3).
+// STAGES (stage ring slots, >= 3), COPY_WARPS (warps that only issue copies; 0: every thread).
+// Experiments: TIMELINE=1 (thread 0 records phase marks into C instead of the result),
+// FENCE_GPU=1 (the GPU-scoped proxy fence of the first version, for A/B timing).
 
 #ifndef GN
 #define GN 256
@@ -56,6 +62,15 @@
 #ifndef STAGES
 #define STAGES 4
 #endif
+#ifndef COPY_WARPS
+#define COPY_WARPS 0
+#endif
+#ifndef TIMELINE
+#define TIMELINE 0
+#endif
+#ifndef FENCE_GPU
+#define FENCE_GPU 0
+#endif
 // Off only in timing experiments.
 #ifndef WIDE_FALLBACK
 #define WIDE_FALLBACK 1
@@ -70,6 +85,11 @@ constexpr int SCOLS = (KBLOCKS + 7) / 8 * 8;       // columns of the shuffled sc
 constexpr int NB = KC / 32;                        // scale blocks per chunk
 constexpr int NCHUNK = (GK + KC - 1) / KC;         // chunks (the last may be partial)
 constexpr int NTHREADS = BN / 64 * 128;            // one warpgroup per 64 rows of N
+constexpr int CONVERTERS = NTHREADS - COPY_WARPS * 32;         // threads converting operands
+constexpr int ISSUERS = COPY_WARPS ? NTHREADS - CONVERTERS : NTHREADS;  // threads issuing copies
+// Copy loops of a copy warp run many iterations: unrolled fully they hoist more addresses than
+// the registers hold.
+constexpr int COPY_UNROLL = COPY_WARPS ? 4 : 64;
 constexpr int A_STAGE = BM * KC * 2;
 constexpr int BQ_STAGE = BN * KC / 2;
 constexpr int BS_STAGE = BN / 32 * NB * 64;
@@ -83,6 +103,7 @@ static_assert(BN % 64 == 0 && BN <= 256, "BN: whole warpgroups");
 static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "BM: a wgmma n with a wrapper");
 static_assert(KC == 64 || KC == 128, "KC");
 static_assert(STAGES >= 3, "STAGES: a stage is refilled two chunks after its MMAs were issued");
+static_assert(COPY_WARPS >= 0 && COPY_WARPS <= 2 && COPY_WARPS < NTHREADS / 32, "COPY_WARPS");
 static_assert(SPLITK >= 1 && SPLITK <= 8 && SPLITK <= NCHUNK, "SPLITK");
 
 #if SPLITK > 1
@@ -111,38 +132,41 @@ struct Tile {
     int m_size, m0, n0, chunk_begin;
 };
 
-// cp.async of chunk `lc` (of this CTA's range) into stage `slot`; one commit group per call.
-// A warp covers 8 rows x 4 consecutive 16-byte pieces per instruction: 64-byte runs in global
-// memory, 512 contiguous bytes in shared memory.
+// cp.async of chunk `lc` (of this CTA's range) into `stage` by issuer `tid` of ISSUERS; one commit
+// group per call. A warp covers 8 rows x 4 consecutive 16-byte pieces per instruction: 64-byte runs
+// in global memory, 512 contiguous bytes in shared memory.
 __device__ __forceinline__ void issue_chunk(const Tile& tile, u8* stage, int lc, int tid) {
     const int k0 = (tile.chunk_begin + lc) * KC;
     const u32 a_dst = smem_addr(stage), bq_dst = a_dst + A_STAGE, bs_dst = bq_dst + BQ_STAGE;
     constexpr int A_PIECES = BM * KC / 8;
-#pragma unroll
-    for (int p0 = 0; p0 < A_PIECES; p0 += NTHREADS) {
+#pragma unroll COPY_UNROLL
+    for (int p0 = 0; p0 < A_PIECES; p0 += ISSUERS) {
         const int p = p0 + tid;
         const int q = p >> 5, kg = (q / (BM / 8)) * 4 + ((p >> 3) & 3), row = (q % (BM / 8)) * 8 + (p & 7);
         const int gm = tile.m0 + row, k = k0 + kg * 8;
         const bool valid = gm < tile.m_size && k < GK;
-        if (A_PIECES % NTHREADS == 0 || p < A_PIECES)
+        if (A_PIECES % ISSUERS == 0 || p < A_PIECES)
             cp_async16(a_dst + (kg * BM + row) * 16, valid ? tile.a + (size_t)gm * GK + k : tile.a, valid);
     }
     constexpr int B_PIECES = BN * NB;
-#pragma unroll
-    for (int p0 = 0; p0 < B_PIECES; p0 += NTHREADS) {
+#pragma unroll COPY_UNROLL
+    for (int p0 = 0; p0 < B_PIECES; p0 += ISSUERS) {
         const int p = p0 + tid;
         const int b = (p >> 3) % NB, row = (p / (8 * NB)) * 8 + (p & 7);
         const int gn = tile.n0 + row, block = k0 / 32 + b;
         const bool valid = gn < GN && block < KBLOCKS;
-        if (B_PIECES % NTHREADS == 0 || p < B_PIECES)
+        if (B_PIECES % ISSUERS == 0 || p < B_PIECES)
             cp_async16(bq_dst + (b * BN + row) * 16, valid ? tile.b_q + (size_t)gn * (GK / 2) + block * 16 : tile.b_q, valid);
     }
     // Scales: per (32-row group, block) the 64 bytes at (block % 4) * 64 of the group's 256 (they hold
     // blocks block and block ^ 4 of rows 0..31). Groups of rows >= N are skipped (their bytes are
     // never used); a group below N lies inside the tensor, whose rows are padded to 32.
     constexpr int S_PIECES = BN / 32 * NB * 4;
-    if (tid < S_PIECES) {
-        const int j = tid & 3, b = (tid >> 2) % NB, group = tid / (4 * NB);
+#pragma unroll COPY_UNROLL
+    for (int p0 = 0; p0 < S_PIECES; p0 += ISSUERS) {
+        const int p = p0 + tid;
+        if (S_PIECES % ISSUERS != 0 && p >= S_PIECES) break;
+        const int j = p & 3, b = (p >> 2) % NB, group = p / (4 * NB);
         const int gn = tile.n0 + group * 32, block = k0 / 32 + b;
         const bool valid = gn < GN && block < KBLOCKS;
         const u8* src = tile.b_scale_sh + (gn >> 5) * SCOLS * 32 + (block >> 3) * 256 + (block & 3) * 64 + j * 16;
@@ -199,21 +223,21 @@ __device__ __forceinline__ bool convert_b_block(const u8* stage, u8* b_op, int n
     return s - 1u < 64u;
 }
 
-// The A blocks go to threads 0, 1, ... and the B blocks to threads NTHREADS-1, NTHREADS-2, ..., so
-// a thread with fewer A blocks gets the extra B blocks.
+// The A blocks go to threads 0, 1, ... and the B blocks to threads CONVERTERS-1, CONVERTERS-2, ...,
+// so a thread with fewer A blocks gets the extra B blocks.
 __device__ __forceinline__ bool convert_chunk(const Tile& tile, u8* stage, u8* b_op, int lc, int tid) {
     const int block0 = (tile.chunk_begin + lc) * NB;
 #pragma unroll
-    for (int i = 0; i < (BM * NB + NTHREADS - 1) / NTHREADS; ++i) {
-        const int task = tid + i * NTHREADS;
-        if (BM * NB % NTHREADS == 0 || task < BM * NB) quantize_a_block(stage, task % BM, task / BM);
+    for (int i = 0; i < (BM * NB + CONVERTERS - 1) / CONVERTERS; ++i) {
+        const int task = tid + i * CONVERTERS;
+        if (BM * NB % CONVERTERS == 0 || task < BM * NB) quantize_a_block(stage, task % BM, task / BM);
     }
     bool low = false;
 #pragma unroll
-    for (int i = 0; i < (BN * NB + NTHREADS - 1) / NTHREADS; ++i) {
-        const int task = NTHREADS - 1 - tid + i * NTHREADS;
+    for (int i = 0; i < (BN * NB + CONVERTERS - 1) / CONVERTERS; ++i) {
+        const int task = CONVERTERS - 1 - tid + i * CONVERTERS;
         const int n = task % BN, b = task / BN;
-        if (BN * NB % NTHREADS == 0 || task < BN * NB) low |= convert_b_block(stage, b_op, n, b, block0 + b, tile.n0 + n);
+        if (BN * NB % CONVERTERS == 0 || task < BN * NB) low |= convert_b_block(stage, b_op, n, b, block0 + b, tile.n0 + n);
     }
     return low;
 }
@@ -249,22 +273,52 @@ __device__ __noinline__ void exact_partial(const Tile& tile, float* part, int ch
 
 // ---- the GEMM -------------------------------------------------------------------------------
 
+// Generic-proxy stores of the operands -> their wgmma (async-proxy) reads.
+__device__ __forceinline__ void proxy_fence() {
+    if (FENCE_GPU) asm volatile("fence.proxy.async;\n" ::: "memory");
+    else asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+#if TIMELINE
+// Thread 0's clock64 marks (see cuda_lab.py's PIPE_PHASES): 0 start, 1 prologue issued, then per
+// chunk c < TL_CHUNKS: 2+3c landed, 3+3c converted, 4+3c MMAs issued; then loop end, partial tile
+// stored, end. Written to C (words [0, TL_MARKS) clock64, then globaltimer start/end, then smid).
+constexpr int TL_CHUNKS = 4;
+constexpr int TL_LOOP = 2 + 3 * TL_CHUNKS, TL_MARKS = TL_LOOP + 3;
+#define MARK(i) do { if (tid == 0) marks[i] = clock64(); } while (0)
+#else
+#define MARK(i) do {} while (0)
+#endif
+
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1) CLUSTER_ATTR
 mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh,
                 u16* __restrict__ c, const int m_size) {
     extern __shared__ __align__(128) u8 smem[];
     u8* const b_ops = smem + STAGES * STAGE_BYTES;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+#if TIMELINE
+    unsigned long long marks[TL_MARKS] = {}, timer_start, timer_end;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(timer_start) :: "memory");
+#endif
+    MARK(0);
+    // Warp-uniform roles: copy warps (the last COPY_WARPS) issue every copy; the others convert, and
+    // issue the copies too when there are no copy warps. Every warp takes part in the wgmmas.
+    const bool converts = tid < CONVERTERS;
+    const bool copies = COPY_WARPS ? !converts : true;
+    const int issuer = COPY_WARPS ? tid - CONVERTERS : tid;
     const int split = blockIdx.y;
     const int chunk_begin = split * NCHUNK / SPLITK;
     const int chunks = (split + 1) * NCHUNK / SPLITK - chunk_begin;
     const Tile tile = {a, b_q, b_scale_sh, m_size, (int)blockIdx.z * BM, (int)blockIdx.x * BN, chunk_begin};
 
-#pragma unroll
-    for (int j = 0; j < STAGES - 2; ++j) {
-        if (j < chunks) issue_chunk(tile, smem + j * STAGE_BYTES, j, tid);
-        else cp_async_commit();
+    if (copies) {
+#pragma unroll 1
+        for (int j = 0; j < STAGES - 2; ++j) {
+            if (j < chunks) issue_chunk(tile, smem + j * STAGE_BYTES, j, issuer);
+            else cp_async_commit();
+        }
     }
+    MARK(1);
 
     float acc[BM / 8][4];
 #pragma unroll
@@ -275,15 +329,25 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
     const int wg_row0 = (warp >> 2) * 64;  // this warpgroup's 64 rows of the B operand
 #pragma unroll 1
     for (int lc = 0; lc < chunks; ++lc) {
-        cp_async_wait<STAGES - 3>();  // this thread's copies of chunk lc (groups complete in order)
-        __syncthreads();              // everyone's; and every warpgroup's MMAs of chunk lc-2 are done
-        const int refill = lc + STAGES - 2;
-        if (refill < chunks) issue_chunk(tile, smem + (refill % STAGES) * STAGE_BYTES, refill, tid);
-        else cp_async_commit();
+        if (copies) cp_async_wait<STAGES - 3>();  // this thread's copies of chunk lc (groups complete in order)
+        __syncthreads();  // everyone's copies; and every warpgroup's MMAs of chunk lc-2 are done
+#if TIMELINE
+        if (lc < TL_CHUNKS) MARK(2 + 3 * lc);
+#endif
         u8* const stage = smem + (lc % STAGES) * STAGE_BYTES;
+        if (copies) {
+            const int refill = lc + STAGES - 2;
+            if (refill < chunks) issue_chunk(tile, smem + (refill % STAGES) * STAGE_BYTES, refill, issuer);
+            else cp_async_commit();
+        }
         u8* const b_op = b_ops + (lc & 1) * BOP_BYTES;
-        b_scale_low |= convert_chunk(tile, stage, b_op, lc, tid);
-        asm volatile("fence.proxy.async;\n" ::: "memory");  // generic stores -> wgmma operand reads
+        if (converts) {
+            b_scale_low |= convert_chunk(tile, stage, b_op, lc, tid);
+            proxy_fence();
+        }
+#if TIMELINE
+        if (lc < TL_CHUNKS) MARK(3 + 3 * lc);
+#endif
         __syncthreads();
         wgmma_fence();
 #pragma unroll
@@ -292,10 +356,18 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
                               operand_desc<BM>(smem_addr(stage), step, 0));
         wgmma_commit();
         wgmma_wait<1>();
+#if TIMELINE
+        if (lc < TL_CHUNKS) MARK(4 + 3 * lc);
+#endif
     }
     wgmma_wait<0>();
     wgmma_keep(acc);
-    cp_async_wait<0>();
+    if (copies) cp_async_wait<0>();
+#if TIMELINE
+    if (tid == 0)
+        for (int i = 2; i < TL_LOOP; ++i) marks[i] = marks[i] ? marks[i] : clock64();  // chunks < TL_CHUNKS
+#endif
+    MARK(TL_LOOP);
 
 #if WIDE_FALLBACK
     bool out_of_range = b_scale_low;
@@ -330,6 +402,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
 #else
     __syncthreads();
 #endif
+    MARK(TL_LOOP + 1);
     constexpr int F4 = BM * BN / 4;
     const int f_begin = split * F4 / SPLITK, f_end = (split + 1) * F4 / SPLITK;
     for (int f = f_begin + tid; f < f_end; f += NTHREADS) {
@@ -347,7 +420,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
 #endif
             sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
         }
-        if (gn < GN) {
+        if (gn < GN && (!TIMELINE || sum.x == 1.2345e-30f)) {  // a timeline build writes its marks instead
             uint2 out;
             out.x = pack_bf16x2(sum.x, sum.y);
             out.y = pack_bf16x2(sum.z, sum.w);
@@ -355,6 +428,18 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
         }
     }
 #if SPLITK > 1
-    cluster_sync();  // peers may still be reading this CTA's partial tile
+    cluster_sync_relaxed();  // peers may still be reading this CTA's partial tile
+#endif
+#if TIMELINE
+    MARK(TL_LOOP + 2);
+    if (tid == 0) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(timer_end) :: "memory");
+        const int cta = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+        unsigned long long* out = reinterpret_cast<unsigned long long*>(c) + cta * 24;
+        for (int i = 0; i < TL_MARKS; ++i) out[i] = marks[i];
+        out[TL_MARKS] = timer_start;
+        out[TL_MARKS + 1] = timer_end;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(*reinterpret_cast<u32*>(out + TL_MARKS + 2)));
+    }
 #endif
 }

@@ -25,12 +25,14 @@ WGMMA_BMS = (16, 32, 64, 128)  # the wgmma N sizes kernels/wgmma_sm90a.h provide
 # v9 (kernels/mxfp4_gemm_sm90_pipe.cu, sm_90a only). kind: always "pipe" (a table entry is a plain
 # tuple; its first field tells the two plan types apart); bn: rows of N per CTA (64 per warpgroup);
 # bm: rows of M per CTA (the wgmma n); split_k: CTAs along K (one cluster); kc: K per pipeline
-# chunk; stages: slots of the copy ring (chunks are copied stages - 2 ahead).
-PipePlan = collections.namedtuple("PipePlan", "kind bn bm split_k kc stages", defaults=(64, 4))
+# chunk; stages: slots of the copy ring (chunks are copied stages - 2 ahead; enough stages copy
+# a CTA's whole K range up front); cw: warps that only issue the copies (0: every thread does).
+PipePlan = collections.namedtuple("PipePlan", "kind bn bm split_k kc stages cw", defaults=(64, 4, 0))
 PIPE = "pipe"
 PIPE_BNS = (64, 128, 192, 256)
 PIPE_BMS = (16, 32, 64, 128, 256)  # the wgmma n sizes of the "SS" wrappers in kernels/wgmma_sm90a.h
 PIPE_KCS = (64, 128)
+PIPE_MAX_STAGES = 16
 
 PLANS = {
     # measured on NVIDIA H200 2026-12-02
@@ -99,6 +101,8 @@ def compile_options(n: int, k: int, plan) -> tuple:
     """The kernel's -D flags: N, K and the plan (not M, which the launch passes)."""
     if isinstance(plan, PipePlan):
         values = dict(GN=n, GK=k, BN=plan.bn, BM=plan.bm, SPLITK=plan.split_k, KC=plan.kc, STAGES=plan.stages)
+        if plan.cw:
+            values["COPY_WARPS"] = plan.cw
         return tuple(f"-D{key}={value}" for key, value in values.items())
     values = dict(GN=n, GK=k, BM=plan.bm, WN=plan.wn, NT=plan.nt, WK=plan.wk, SPLITK=plan.split_k)
     if plan.cn > 1:
@@ -239,7 +243,8 @@ def pipe_is_valid(m: int, n: int, k: int, plan) -> bool:
     if not isinstance(plan, PipePlan) or plan.kind != PIPE:
         return False
     threads = pipe_threads(plan) if plan.bn in PIPE_BNS else 0
-    return (plan.bn in PIPE_BNS and plan.bm in PIPE_BMS and plan.kc in PIPE_KCS and 3 <= plan.stages <= 8
+    return (plan.bn in PIPE_BNS and plan.bm in PIPE_BMS and plan.kc in PIPE_KCS
+            and 3 <= plan.stages <= PIPE_MAX_STAGES and plan.cw in (0, 1, 2)
             and 1 <= plan.split_k <= min(8, pipe_chunks(k, plan))
             and plan.bm // 2 + PIPE_OTHER_REGISTERS <= min(255, 65536 // threads)
             and pipe_smem_bytes(plan) <= MAX_SMEM)
@@ -259,19 +264,38 @@ def pipe_cost(m: int, n: int, k: int, plan: PipePlan, compute_units: int = 132) 
     return -(-ctas // compute_units) * per_cta
 
 
+def pipe_deep_stages(k: int, plan: PipePlan) -> int:
+    """The most stages that fit shared memory, but no more than copying the CTA's whole K range up
+    front needs (chunks + 2); the first version's 4 (2 chunks ahead) left every chunk waiting for
+    part of a DRAM round trip."""
+    chunks_per_cta = -(-pipe_chunks(k, plan) // plan.split_k)
+    stages = min(PIPE_MAX_STAGES, max(3, chunks_per_cta + 2))
+    while stages > 3 and pipe_smem_bytes(plan._replace(stages=stages)) > MAX_SMEM:
+        stages -= 1
+    return stages
+
+
+# Per base plan (rows of N and M, split-K), its (kc, cw) variants in this order, each with
+# `pipe_deep_stages`; the first base gets all of them, the others the first PIPE_VARIANTS_PER_BASE.
+PIPE_VARIANTS = ((64, 1), (64, 0), (128, 1))
+PIPE_VARIANTS_PER_BASE = 2
+
+
 def pipe_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 8) -> list:
-    """Up to `limit` valid pipe plans by `pipe_cost`: bm the smallest wgmma n covering M (and half of
-    it for M > 64), every bn and split-K, chunks of 64 with 4 stages; the first few also with chunks
-    of 128 (3 stages)."""
+    """Up to `limit` valid pipe plans: base plans (bm the smallest wgmma n covering M, and half of it
+    for M > 64; every bn and split-K) by `pipe_cost`, each followed by its PIPE_VARIANTS (a copy
+    warp or not, chunks of 64 or 128) with the deepest copy ring that fits."""
     covering = next((bm for bm in PIPE_BMS if bm >= m), PIPE_BMS[-1])
     bms = {covering} | ({covering // 2} if m > 64 else set())
     bases = [PipePlan(PIPE, bn, bm, split_k) for bn in PIPE_BNS for bm in sorted(bms) for split_k in range(1, 9)]
     bases = sorted((p for p in bases if pipe_is_valid(m, n, k, p)),
                    key=lambda p: (pipe_cost(m, n, k, p, compute_units), tuple(p)))
     plans = []
-    for base in bases:
-        wide = base._replace(kc=128, stages=3)
-        plans += [base] + ([wide] if len(plans) < limit // 2 and pipe_is_valid(m, n, k, wide) else [])
+    for index, base in enumerate(bases):
+        variants = [base._replace(kc=kc, cw=cw) for kc, cw in PIPE_VARIANTS]
+        variants = [v._replace(stages=pipe_deep_stages(k, v)) for v in variants]
+        variants = [v for v in variants if pipe_is_valid(m, n, k, v)]
+        plans += variants if index == 0 else variants[:PIPE_VARIANTS_PER_BASE]
         if len(plans) >= limit:
             break
     return plans[:limit]
