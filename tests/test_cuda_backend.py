@@ -18,7 +18,7 @@ import torch
 from mxfp4_mm.backends import cuda
 from mxfp4_mm.tables import cuda_plans
 from mxfp4_mm.tables.cuda_plans import PLANS, general_plan
-from conftest import assert_harness_close, make_inputs, reference_output
+from conftest import assert_fresh_outputs_and_fresh_data, assert_harness_close, make_inputs, reference_output
 
 GOLDEN = Path(__file__).parent / "data" / "mxfp4_quant.pt"
 TASK_SHAPES = [(8, 2112, 7168), (16, 3072, 1536), (64, 3072, 1536), (256, 2880, 512),
@@ -362,14 +362,7 @@ def test_fresh_outputs_and_fresh_data():
         pytest.skip("needs sm_90")
     m, n, k = 16, 2112, 7168
     run = cuda.make_runner(m, n, k, torch.device("cuda"))
-    first = make_inputs(m, n, k, seed=1, device="cuda")
-    out1 = run(first[0], first[2], first[3], first[4])
-    second = make_inputs(m, n, k, seed=2, device="cuda")
-    for dst, src in zip(first, second):  # same addresses, new values
-        dst.copy_(src)
-    out2 = run(first[0], first[2], first[3], first[4])
-    assert out1.data_ptr() != out2.data_ptr()
-    assert_harness_close(out2, reference_output(second))
+    assert_fresh_outputs_and_fresh_data(run, m, n, k)
 
 
 @pytest.mark.gpu
