@@ -47,6 +47,14 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
     return d;
 }
 
+// Four fp32 results -> four bf16 (round to nearest even) in one 8-byte store: the C tile's writes.
+__device__ __forceinline__ void store_bf16x4(u16* dst, float4 v) {
+    uint2 out;
+    out.x = pack_bf16x2(v.x, v.y);
+    out.y = pack_bf16x2(v.z, v.w);
+    *reinterpret_cast<uint2*>(dst) = out;
+}
+
 __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
     u32 d;
     asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));

@@ -819,10 +819,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
             }
         const int gm = m0 + ml, gn = n0 + nl;
         if (gm < m_size && gn < GN && (!TIMELINE || sum.x == 1.2345e-30f)) {
-            uint2 out;
-            out.x = pack_bf16x2(sum.x, sum.y);
-            out.y = pack_bf16x2(sum.z, sum.w);
-            *reinterpret_cast<uint2*>(c + (size_t)gm * GN + gn) = out;
+            store_bf16x4(c + (size_t)gm * GN + gn, sum);
         }
     }
 #if SPLITK > 1

@@ -26,10 +26,11 @@
 // that stage and the B operand buffer are free), refill that stage with chunk c+STAGES-2, convert,
 // proxy fence + barrier, issue the chunk's KC/16 wgmmas and commit, wait until only this chunk's
 // group runs: its MMAs overlap the next chunk's conversion.
-// The proxy fence is CTA-scoped (`fence.proxy.async.shared::cta`): the plain `fence.proxy.async`
-// compiles to MEMBAR.ALL.GPU, which made every chunk wait for the copies issued just before it.
+// The proxy fence is CTA-scoped (`fence.proxy.async.shared::cta`; the plain `fence.proxy.async`
+// compiles to MEMBAR.ALL.GPU). On the H200 the two time the same (notes/cuda.md, v9.1).
 // COPY_WARPS > 0: the last COPY_WARPS warps issue every copy and convert nothing (they still
-// take part in their warpgroup's wgmmas), so no thread that fences has copies in flight.
+// take part in their warpgroup's wgmmas), so the converting threads do not spend the conversion
+// phase issuing refills.
 //
 // Split-K runs across a (1, SPLITK, 1) thread-block cluster; partial tiles are summed in rank
 // order through distributed shared memory (deterministic; no scratch, no counters). M is a launch
@@ -421,10 +422,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
             sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
         }
         if (gn < GN && (!TIMELINE || sum.x == 1.2345e-30f)) {  // a timeline build writes its marks instead
-            uint2 out;
-            out.x = pack_bf16x2(sum.x, sum.y);
-            out.y = pack_bf16x2(sum.z, sum.w);
-            *reinterpret_cast<uint2*>(c + (size_t)gm * GN + gn) = out;
+            store_bf16x4(c + (size_t)gm * GN + gn, sum);
         }
     }
 #if SPLITK > 1
