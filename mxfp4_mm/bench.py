@@ -91,6 +91,24 @@ def reference(data):
     return spec.reference_gemm(a, b_q, spec.e8m0_unshuffle(b_scale_sh, b_q.shape[0], a.shape[1] // 32))
 
 
+def blockwise_exact_reference(data, n_chunk=512):
+    """bf16 C from the exact sum of the dequantized products: each 32-block's dot product in float64
+    (exact: its terms are e2m1 x e2m1 x one power of two), then the block sums in float64. Unlike
+    `reference` (one fp32 matmul), it does not depend on the summation order when one block is huge
+    and its dot product cancels to exactly 0: the order-dependent matmul can then lose the rest of
+    the row (an A block near 2^70 at 5x2112x7168 gives 0.0 where the row's true value is ~20-130)."""
+    a, _, b_q, _, b_scale_sh = data
+    m, k = a.shape
+    n = b_q.shape[0]
+    a_dq = spec.dequantize_mxfp4(*spec.quantize_mxfp4(a.cpu())).double().view(m, k // 32, 32)
+    b_dq = spec.dequantize_mxfp4(b_q.cpu(), spec.e8m0_unshuffle(b_scale_sh.cpu(), n, k // 32)).double()
+    out = torch.empty((m, n), dtype=torch.float64)
+    for n0 in range(0, n, n_chunk):
+        b_part = b_dq[n0:n0 + n_chunk].view(-1, k // 32, 32)
+        out[:, n0:n0 + n_chunk] = torch.einsum("mbi,nbi->mnb", a_dq, b_part).sum(-1)
+    return out.to(torch.bfloat16)
+
+
 harness_close = autotune.harness_close
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mxfp4_mm import spec
+from mxfp4_mm import bench, spec
 from mxfp4_mm.backends import cuda
 from mxfp4_mm.tables import cuda_plans
 from mxfp4_mm.tables.cuda_plans import PIPE, PipePlan
@@ -297,3 +297,48 @@ def test_without_the_fallback_these_cases_fail(case):
     out = run(data[0], data[2], data[3], data[4])
     with pytest.raises(AssertionError):
         assert_harness_close(out, reference_output(data))
+
+
+# One A block near 2^70 at 5x2112x7168 (tools/sanitize_kernels.py's input): on 7 columns the huge
+# block's dot product cancels to exactly 0, and a single fp32 matmul (the harness-style reference)
+# loses the rest of the row there, while any kernel that sums that block exactly first does not.
+HUGE_BLOCK_SHAPE = (5, 2112, 7168)
+
+
+def _huge_block_inputs(device):
+    m, n, k = HUGE_BLOCK_SHAPE
+    data = list(bench.generate_input(m, n, k, seed=m * 131 + n * 7 + k, device=device))
+    data[0] = data[0].clone()
+    data[0][m - 1, :32] *= 2.0 ** 70
+    return tuple(data)
+
+
+def test_the_fp32_reference_is_order_dependent_on_the_huge_block_input():
+    data = _huge_block_inputs("cpu")
+    m, n, k = HUGE_BLOCK_SHAPE
+    exact = bench.blockwise_exact_reference(data)
+    a_dq = spec.dequantize_mxfp4(*spec.quantize_mxfp4(data[0])).double()
+    b_dq = spec.dequantize_mxfp4(data[2], spec.e8m0_unshuffle(data[4], n, k // 32)).double()
+    huge = a_dq[m - 1, :32] @ b_dq[:, :32].T
+    cancelled = (huge == 0).nonzero().flatten()
+    assert len(cancelled) > 0
+    rest = a_dq[m - 1, 32:] @ b_dq[:, 32:].T  # no huge term: float64 is exact enough
+    assert torch.equal(exact[m - 1, cancelled], rest[cancelled].to(torch.bfloat16))
+    assert rest[cancelled].abs().min() > 1
+    assert not bench.harness_close(bench.reference(data), exact)  # the trap this input sets
+    assert bench.harness_close(bench.reference(data)[: m - 1], exact[: m - 1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("plan", [None, pipe(64, 16, 4, stages=16, cw=1), pipe(128, 16, 6, stages=16), pipe(128, 16, 6)])
+def test_huge_block_input_matches_the_exact_sum(plan):
+    """The exact fallback sums each CTA's K range in order, so the cancelling block gives exactly 0
+    and the rest of the row survives (None: the v8 table plan)."""
+    if plan is not None and not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    if plan is None and not (torch.cuda.is_available() and cuda.is_available(torch.device("cuda"))):
+        pytest.skip("needs an NVIDIA GPU")
+    data = _huge_block_inputs("cuda")
+    run = cuda.make_runner(*HUGE_BLOCK_SHAPE, torch.device("cuda"), plan)
+    out = run(data[0], data[2], data[3], data[4])
+    assert_harness_close(out.cpu(), bench.blockwise_exact_reference(data))

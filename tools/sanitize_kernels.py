@@ -100,7 +100,10 @@ def run_one(make, m, n, k, device, plan, extreme):
     a, _, b_q, b_shuffle, b_scale_sh = data
     out = runner(a, b_q, b_shuffle, b_scale_sh)
     torch.cuda.synchronize(device)
-    return bench.harness_close(out.cpu(), bench.reference(tuple(t.cpu() for t in data)))
+    # The 2^70 block makes the fp32 reference order-dependent (its block dot products cancel to
+    # exactly 0 on some columns): judge those inputs against the order-free exact sum.
+    judge = bench.blockwise_exact_reference if extreme else bench.reference
+    return bench.harness_close(out.cpu(), judge(tuple(t.cpu() for t in data)))
 
 
 def main(argv=None):

@@ -15,12 +15,11 @@
 //   B operand, double-buffered: [k8 group][n] x 16 B bf16, converted from Bq and Bs.
 // Both operands are K-major core matrices without swizzle (8 rows x 16 B; LBO = rows * 16 bytes
 // between the two k8 halves of a k16 step, SBO = 128 bytes between 8-row groups).
-// Each converting thread owns whole 32-blocks: an A block (one row, 4 pieces) has its amax in the
-// thread (no shuffles) and is written back to the same 4 pieces; a B block (one row, 16 bytes of
-// codes) becomes 4 pieces of its operand. Consecutive threads take consecutive rows, so every
-// 16-byte shared-memory access of a warp is conflict-free. Inside each 8-value piece both operands
-// use the k order (0,4,1,5,2,6,3,7) (bf16 pairs (x_a, x_{a+4})), which makes the B conversion a
-// few shifts and masks; the dot product does not depend on the order.
+// A B block (one row, 16 bytes of codes) belongs to one thread and becomes 4 pieces of its
+// operand; an A block (one row, 4 pieces) is quantized in place by 4 lanes, one piece each (amax
+// over two shuffles). Every warp's 16-byte shared-memory accesses are conflict-free. Inside each
+// 8-value piece both operands use the k order (0,4,1,5,2,6,3,7) (bf16 pairs (x_a, x_{a+4})), which
+// makes the B conversion a few shifts and masks; the dot product does not depend on the order.
 //
 // Per chunk: wait for its copies, barrier (also: every warpgroup's MMAs of chunk c-2 are done, so
 // that stage and the B operand buffer are free), refill that stage with chunk c+STAGES-2, convert,
@@ -89,8 +88,12 @@ constexpr int NTHREADS = BN / 64 * 128;            // one warpgroup per 64 rows 
 constexpr int CONVERTERS = NTHREADS - COPY_WARPS * 32;         // threads converting operands
 constexpr int ISSUERS = COPY_WARPS ? NTHREADS - CONVERTERS : NTHREADS;  // threads issuing copies
 // Copy loops of a copy warp run many iterations: unrolled fully they hoist more addresses than
-// the registers hold.
+// the registers hold. (-DCOPY_UNROLL_OVERRIDE=n sets it, for timing experiments.)
+#ifdef COPY_UNROLL_OVERRIDE
+constexpr int COPY_UNROLL = COPY_UNROLL_OVERRIDE;
+#else
 constexpr int COPY_UNROLL = COPY_WARPS ? 4 : 64;
+#endif
 constexpr int A_STAGE = BM * KC * 2;
 constexpr int BQ_STAGE = BN * KC / 2;
 constexpr int BS_STAGE = BN / 32 * NB * 64;
@@ -178,33 +181,27 @@ __device__ __forceinline__ void issue_chunk(const Tile& tile, u8* stage, int lc,
 
 // ---- conversion of one chunk into the two wgmma operands ---------------------------------------
 
-// A block (row r, block b of the chunk): the 4 pieces of raw bf16 in place -> quantized values
-// times 2^(e+63) in the pair order (x_a, x_{a+4}) of each piece (format.md §2, bit-exact).
-__device__ __forceinline__ void quantize_a_block(u8* a_stage, int r, int b) {
-    uint4* piece[4];
-    uint4 raw[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        piece[i] = reinterpret_cast<uint4*>(a_stage + ((4 * b + i) * BM + r) * 16);
-        raw[i] = *piece[i];
-    }
+// A piece (row r, block b of the chunk, piece i of its 4): raw bf16 in place -> quantized values
+// times 2^(e+63) in the pair order (x_a, x_{a+4}) (format.md §2, bit-exact). The 4 pieces of a
+// block sit in lanes l, l^8, l^16, l^24 of the warp: the block's amax takes two shuffles, so the
+// dependent chain per block is a quarter of one thread doing the whole block, and every warp that
+// has A work does it with all of its lanes. Callers keep the warp converged (warp-uniform tasks).
+__device__ __forceinline__ void quantize_a_piece(u8* a_stage, int r, int b, int i) {
+    uint4* const piece = reinterpret_cast<uint4*>(a_stage + ((4 * b + i) * BM + r) * 16);
+    const uint4 raw = *piece;
     // amax on magnitude bits (bf16 orders like unsigned integers; NaN stays largest)
-    u32 m = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-        m = max_u16x2(m, max_u16x2(max_u16x2(raw[i].x & 0x7FFF7FFFu, raw[i].y & 0x7FFF7FFFu),
-                                   max_u16x2(raw[i].z & 0x7FFF7FFFu, raw[i].w & 0x7FFF7FFFu)));
+    u32 m = max_u16x2(max_u16x2(raw.x & 0x7FFF7FFFu, raw.y & 0x7FFF7FFFu),
+                      max_u16x2(raw.z & 0x7FFF7FFFu, raw.w & 0x7FFF7FFFu));
+    m = max_u16x2(m, __shfl_xor_sync(0xFFFFFFFFu, m, 8));
+    m = max_u16x2(m, __shfl_xor_sync(0xFFFFFFFFu, m, 16));
     const int e = block_exponent(max(m & 0xFFFFu, m >> 16));  // kernels/mxfp4_exact.h
     const u32 inv_scale = a_inverse_scale(e), fold = a_fold(e);
+    const u32 x[4] = {prmt(raw.x, raw.z, 0x5410), prmt(raw.x, raw.z, 0x7632),
+                      prmt(raw.y, raw.w, 0x5410), prmt(raw.y, raw.w, 0x7632)};
+    u32 q[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const u32 x[4] = {prmt(raw[i].x, raw[i].z, 0x5410), prmt(raw[i].x, raw[i].z, 0x7632),
-                          prmt(raw[i].y, raw[i].w, 0x5410), prmt(raw[i].y, raw[i].w, 0x7632)};
-        u32 q[4];
-#pragma unroll
-        for (int a = 0; a < 4; ++a) q[a] = mul_bf16x2(round_e2m1_bf16x2(mul_bf16x2(x[a], inv_scale)), fold);
-        *piece[i] = make_uint4(q[0], q[1], q[2], q[3]);
-    }
+    for (int a = 0; a < 4; ++a) q[a] = mul_bf16x2(round_e2m1_bf16x2(mul_bf16x2(x[a], inv_scale)), fold);
+    *piece = make_uint4(q[0], q[1], q[2], q[3]);
 }
 
 // B block (row n, block b of the chunk): 16 bytes of codes -> 4 pieces of bf16 operand. Returns
@@ -224,14 +221,19 @@ __device__ __forceinline__ bool convert_b_block(const u8* stage, u8* b_op, int n
     return s - 1u < 64u;
 }
 
-// The A blocks go to threads 0, 1, ... and the B blocks to threads CONVERTERS-1, CONVERTERS-2, ...,
-// so a thread with fewer A blocks gets the extra B blocks.
+// A: a warp task is 8 rows x one block (lane = 8 * piece + row), tasks to warps 0, 1, ...; B: one
+// block per thread, to threads CONVERTERS-1, CONVERTERS-2, ..., so warps with fewer A tasks get the
+// extra B blocks. Lanes 0-7 of an A task read 8 consecutive 16-byte rows: conflict-free.
+constexpr int A_TASKS = BM / 8 * NB;
+constexpr int CONVERT_WARPS = CONVERTERS / 32;
 __device__ __forceinline__ bool convert_chunk(const Tile& tile, u8* stage, u8* b_op, int lc, int tid) {
     const int block0 = (tile.chunk_begin + lc) * NB;
+    const int warp = tid >> 5, lane = tid & 31;
 #pragma unroll
-    for (int i = 0; i < (BM * NB + CONVERTERS - 1) / CONVERTERS; ++i) {
-        const int task = tid + i * CONVERTERS;
-        if (BM * NB % CONVERTERS == 0 || task < BM * NB) quantize_a_block(stage, task % BM, task / BM);
+    for (int i = 0; i < (A_TASKS + CONVERT_WARPS - 1) / CONVERT_WARPS; ++i) {
+        const int task = warp + i * CONVERT_WARPS;  // warp-uniform: the shuffles need the whole warp
+        if (A_TASKS % CONVERT_WARPS == 0 || task < A_TASKS)
+            quantize_a_piece(stage, (task % (BM / 8)) * 8 + (lane & 7), task / (BM / 8), lane >> 3);
     }
     bool low = false;
 #pragma unroll
