@@ -192,7 +192,8 @@ def test_every_offered_pipe_plan_builds_without_spills(tmp_path):
     for plan, code, report in reports:
         assert code == 0, report[-2000:]
         assert report.count("0 bytes spill stores") == report.count("spill stores"), report
-        registers = int(re.search(r"Used (\d+) registers", report.split("'mxfp4_gemm_pipe'")[1]).group(1))
+        assert "C7518" not in report, (plan, report)  # wgmmas serialized by a divergent path
+        registers = int(re.search(r"Used (\d+) registers", report.split("function 'mxfp4_gemm_pipe'")[-1]).group(1))
         assert registers <= min(255, 65536 // cuda.pipe_threads(plan)), (plan, registers)
 
 

@@ -21,15 +21,16 @@
 // 8-value piece both operands use the k order (0,4,1,5,2,6,3,7) (bf16 pairs (x_a, x_{a+4})), which
 // makes the B conversion a few shifts and masks; the dot product does not depend on the order.
 //
-// Per chunk: wait for its copies, barrier (also: every warpgroup's MMAs of chunk c-2 are done, so
-// that stage and the B operand buffer are free), refill that stage with chunk c+STAGES-2, convert,
-// proxy fence + barrier, issue the chunk's KC/16 wgmmas and commit, wait until only this chunk's
-// group runs: its MMAs overlap the next chunk's conversion.
+// COPY_WARPS = 0, per chunk: wait for its copies, barrier (also: every warpgroup's MMAs of chunk
+// c-2 are done, so that stage and the B operand buffer are free), refill that stage with chunk
+// c+STAGES-2, convert, proxy fence + barrier, issue the chunk's KC/16 wgmmas and commit, wait until
+// only this chunk's group runs: its MMAs overlap the next chunk's conversion.
+// COPY_WARPS > 0 (warp-specialized): extra warps after the warpgroups issue every copy, STAGES
+// chunks ahead, gated per stage by mbarriers (`full`: the copies landed; `empty`: the MMAs that
+// read the stage are done). The warpgroups wait on `full`, convert, and meet once per chunk at a
+// named barrier that excludes the copy warps; their fences no longer wait on copies in flight.
 // The proxy fence is CTA-scoped (`fence.proxy.async.shared::cta`; the plain `fence.proxy.async`
 // compiles to MEMBAR.ALL.GPU). On the H200 the two time the same (notes/cuda.md, v9.1).
-// COPY_WARPS > 0: the last COPY_WARPS warps issue every copy and convert nothing (they still
-// take part in their warpgroup's wgmmas), so the converting threads do not spend the conversion
-// phase issuing refills.
 //
 // Split-K runs across a (1, SPLITK, 1) thread-block cluster; partial tiles are summed in rank
 // order through distributed shared memory (deterministic; no scratch, no counters). M is a launch
@@ -84,9 +85,9 @@ constexpr int KBLOCKS = GK / 32;                   // scale blocks per row
 constexpr int SCOLS = (KBLOCKS + 7) / 8 * 8;       // columns of the shuffled scale tensor
 constexpr int NB = KC / 32;                        // scale blocks per chunk
 constexpr int NCHUNK = (GK + KC - 1) / KC;         // chunks (the last may be partial)
-constexpr int NTHREADS = BN / 64 * 128;            // one warpgroup per 64 rows of N
-constexpr int CONVERTERS = NTHREADS - COPY_WARPS * 32;         // threads converting operands
-constexpr int ISSUERS = COPY_WARPS ? NTHREADS - CONVERTERS : NTHREADS;  // threads issuing copies
+constexpr int CONVERTERS = BN / 64 * 128;          // one warpgroup per 64 rows of N: convert + MMA
+constexpr int NTHREADS = CONVERTERS + COPY_WARPS * 32;  // copy warps come after the warpgroups
+constexpr int ISSUERS = COPY_WARPS ? COPY_WARPS * 32 : NTHREADS;  // threads issuing copies
 // Copy loops of a copy warp run many iterations: unrolled fully they hoist more addresses than
 // the registers hold. (-DCOPY_UNROLL_OVERRIDE=n sets it, for timing experiments.)
 #ifdef COPY_UNROLL_OVERRIDE
@@ -107,7 +108,7 @@ static_assert(BN % 64 == 0 && BN <= 256, "BN: whole warpgroups");
 static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "BM: a wgmma n with a wrapper");
 static_assert(KC == 64 || KC == 128, "KC");
 static_assert(STAGES >= 3, "STAGES: a stage is refilled two chunks after its MMAs were issued");
-static_assert(COPY_WARPS >= 0 && COPY_WARPS <= 2 && COPY_WARPS < NTHREADS / 32, "COPY_WARPS");
+static_assert(COPY_WARPS >= 0 && COPY_WARPS <= 2, "COPY_WARPS");
 static_assert(SPLITK >= 1 && SPLITK <= 8 && SPLITK <= NCHUNK, "SPLITK");
 
 #if SPLITK > 1
@@ -221,9 +222,10 @@ __device__ __forceinline__ bool convert_b_block(const u8* stage, u8* b_op, int n
     return s - 1u < 64u;
 }
 
-// A: a warp task is 8 rows x one block (lane = 8 * piece + row), tasks to warps 0, 1, ...; B: one
-// block per thread, to threads CONVERTERS-1, CONVERTERS-2, ..., so warps with fewer A tasks get the
-// extra B blocks. Lanes 0-7 of an A task read 8 consecutive 16-byte rows: conflict-free.
+// A: a warp task is 8 rows x one block (lane = 8 * piece + row), tasks to warps 0, 1, ...
+// Lanes 0-7 of an A task read 8 consecutive 16-byte rows: conflict-free. B: each warpgroup converts
+// the 64 rows its own wgmmas read (NB / 2 blocks per thread), so only its own earlier MMAs read the
+// B operand buffer it overwrites.
 constexpr int A_TASKS = BM / 8 * NB;
 constexpr int CONVERT_WARPS = CONVERTERS / 32;
 __device__ __forceinline__ bool convert_chunk(const Tile& tile, u8* stage, u8* b_op, int lc, int tid) {
@@ -236,13 +238,35 @@ __device__ __forceinline__ bool convert_chunk(const Tile& tile, u8* stage, u8* b
             quantize_a_piece(stage, (task % (BM / 8)) * 8 + (lane & 7), task / (BM / 8), lane >> 3);
     }
     bool low = false;
+    const int row0 = (tid >> 7) * 64, t = tid & 127;
 #pragma unroll
-    for (int i = 0; i < (BN * NB + CONVERTERS - 1) / CONVERTERS; ++i) {
-        const int task = CONVERTERS - 1 - tid + i * CONVERTERS;
-        const int n = task % BN, b = task / BN;
-        if (BN * NB % CONVERTERS == 0 || task < BN * NB) low |= convert_b_block(stage, b_op, n, b, block0 + b, tile.n0 + n);
+    for (int i = 0; i < NB / 2; ++i) {
+        const int task = t + i * 128, n = row0 + task % 64, b = task / 64;
+        low |= convert_b_block(stage, b_op, n, b, block0 + b, tile.n0 + n);
     }
     return low;
+}
+
+// ---- mbarriers (copy-warp mode) -----------------------------------------------------------------
+
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// Arrives once this thread's earlier cp.asyncs have landed (the count set at init includes it).
+__device__ __forceinline__ void mbar_arrive_on_copies(unsigned long long* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" :: "r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, u32 parity) {
+    asm volatile("{\n.reg .pred done;\nwait_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra wait_%=;\n}\n" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+// Named barrier over the converting warpgroups only (the copy warps never wait on it).
+__device__ __forceinline__ void converters_sync() {
+    asm volatile("bar.sync 1, %0;\n" :: "n"(CONVERTERS) : "memory");
 }
 
 // ---- exact fallback (operands outside the folded range; never taken on real data) ---------------
@@ -298,30 +322,23 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
                 u16* __restrict__ c, const int m_size) {
     extern __shared__ __align__(128) u8 smem[];
     u8* const b_ops = smem + STAGES * STAGE_BYTES;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // The warp index through a shuffle: ptxas then knows the roles below are warp-uniform and keeps
+    // the wgmmas of the converting warps asynchronous (else: C7518, serialized wgmmas).
+    const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xFFFFFFFFu, tid >> 5, 0);
 #if TIMELINE
     unsigned long long marks[TL_MARKS] = {}, timer_start, timer_end;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(timer_start) :: "memory");
+    asm volatile("mov.unsigned long long %0, %%globaltimer;" : "=l"(timer_start) :: "memory");
 #endif
     MARK(0);
-    // Warp-uniform roles: copy warps (the last COPY_WARPS) issue every copy; the others convert, and
-    // issue the copies too when there are no copy warps. Every warp takes part in the wgmmas.
-    const bool converts = tid < CONVERTERS;
+    // Warp-uniform roles: the warpgroups convert and multiply (and issue the copies too when there
+    // are no copy warps); the COPY_WARPS warps after them issue every copy and nothing else.
+    const bool converts = warp < CONVERTERS / 32;
     const bool copies = COPY_WARPS ? !converts : true;
     const int issuer = COPY_WARPS ? tid - CONVERTERS : tid;
     const int split = blockIdx.y;
     const int chunk_begin = split * NCHUNK / SPLITK;
     const int chunks = (split + 1) * NCHUNK / SPLITK - chunk_begin;
     const Tile tile = {a, b_q, b_scale_sh, m_size, (int)blockIdx.z * BM, (int)blockIdx.x * BN, chunk_begin};
-
-    if (copies) {
-#pragma unroll 1
-        for (int j = 0; j < STAGES - 2; ++j) {
-            if (j < chunks) issue_chunk(tile, smem + j * STAGE_BYTES, j, issuer);
-            else cp_async_commit();
-        }
-    }
-    MARK(1);
 
     float acc[BM / 8][4];
 #pragma unroll
@@ -330,24 +347,80 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
         for (int q = 0; q < 4; ++q) acc[j][q] = 0.f;
     bool b_scale_low = false;
     const int wg_row0 = (warp >> 2) * 64;  // this warpgroup's 64 rows of the B operand
+#if COPY_WARPS
+    // Warp-specialized: the copy warps fill the ring as far ahead as its stages are free (`empty`,
+    // arrived by every converting thread once the MMAs that read the stage are done) and signal
+    // `full` when their copies land; the converting warpgroups wait on `full`, convert, meet at one
+    // named barrier (A is quantized by all of them and read by every warpgroup's MMAs), issue the
+    // chunk's wgmmas and release the stage of the chunk before.
+    __shared__ unsigned long long full[STAGES], empty[STAGES];
+    if (tid == 0)
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(&full[s], ISSUERS);
+            mbar_init(&empty[s], CONVERTERS);
+        }
+    __syncthreads();
+    MARK(1);
+    if (!converts) {
+#pragma unroll 1
+        for (int lc = 0; lc < chunks; ++lc) {
+            const int s = lc % STAGES;
+            if (lc >= STAGES) mbar_wait(&empty[s], (lc / STAGES - 1) & 1);
+            issue_chunk(tile, smem + s * STAGE_BYTES, lc, issuer);
+            mbar_arrive_on_copies(&full[s]);
+        }
+    } else {
+#pragma unroll 1
+        for (int lc = 0; lc < chunks; ++lc) {
+            const int s = lc % STAGES;
+            mbar_wait(&full[s], (lc / STAGES) & 1);
+#if TIMELINE
+            if (lc < TL_CHUNKS) MARK(2 + 3 * lc);
+#endif
+            u8* const stage = smem + s * STAGE_BYTES;
+            u8* const b_op = b_ops + (lc & 1) * BOP_BYTES;
+            b_scale_low |= convert_chunk(tile, stage, b_op, lc, tid);
+            proxy_fence();
+#if TIMELINE
+            if (lc < TL_CHUNKS) MARK(3 + 3 * lc);
+#endif
+            converters_sync();
+            wgmma_fence();
+#pragma unroll
+            for (int step = 0; step < KC / 16; ++step)
+                wgmma_ss_bf16<BM>(acc, operand_desc<BN>(smem_addr(b_op), step, wg_row0),
+                                  operand_desc<BM>(smem_addr(stage), step, 0));
+            wgmma_commit();
+            wgmma_wait<1>();  // chunk lc-1's MMAs are done: its stage is free
+            if (lc > 0) mbar_arrive(&empty[(lc - 1) % STAGES]);
+#if TIMELINE
+            if (lc < TL_CHUNKS) MARK(4 + 3 * lc);
+#endif
+        }
+    }
+#else
+    // Every thread copies, converts and multiplies: a CTA barrier per chunk publishes the landed
+    // copies and frees the stage of chunk lc-2.
+#pragma unroll 1
+    for (int j = 0; j < STAGES - 2; ++j) {
+        if (j < chunks) issue_chunk(tile, smem + j * STAGE_BYTES, j, issuer);
+        else cp_async_commit();
+    }
+    MARK(1);
 #pragma unroll 1
     for (int lc = 0; lc < chunks; ++lc) {
-        if (copies) cp_async_wait<STAGES - 3>();  // this thread's copies of chunk lc (groups complete in order)
+        cp_async_wait<STAGES - 3>();  // this thread's copies of chunk lc (groups complete in order)
         __syncthreads();  // everyone's copies; and every warpgroup's MMAs of chunk lc-2 are done
 #if TIMELINE
         if (lc < TL_CHUNKS) MARK(2 + 3 * lc);
 #endif
         u8* const stage = smem + (lc % STAGES) * STAGE_BYTES;
-        if (copies) {
-            const int refill = lc + STAGES - 2;
-            if (refill < chunks) issue_chunk(tile, smem + (refill % STAGES) * STAGE_BYTES, refill, issuer);
-            else cp_async_commit();
-        }
+        const int refill = lc + STAGES - 2;
+        if (refill < chunks) issue_chunk(tile, smem + (refill % STAGES) * STAGE_BYTES, refill, issuer);
+        else cp_async_commit();
         u8* const b_op = b_ops + (lc & 1) * BOP_BYTES;
-        if (converts) {
-            b_scale_low |= convert_chunk(tile, stage, b_op, lc, tid);
-            proxy_fence();
-        }
+        b_scale_low |= convert_chunk(tile, stage, b_op, lc, tid);
+        proxy_fence();
 #if TIMELINE
         if (lc < TL_CHUNKS) MARK(3 + 3 * lc);
 #endif
@@ -363,7 +436,8 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
         if (lc < TL_CHUNKS) MARK(4 + 3 * lc);
 #endif
     }
-    wgmma_wait<0>();
+#endif
+    wgmma_wait<0>();  // (copy warps: nothing outstanding)
     wgmma_keep(acc);
     if (copies) cp_async_wait<0>();
 #if TIMELINE
@@ -389,7 +463,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
     float* const part = reinterpret_cast<float*>(smem);
     if (wide) {
         exact_partial(tile, part, chunks, tid);
-    } else {
+    } else if (converts) {
         const int nl = warp * 16 + (lane >> 2), ml0 = 2 * (lane & 3);
 #pragma unroll
         for (int j = 0; j < BM / 8; ++j) {
@@ -433,7 +507,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
 #if TIMELINE
     MARK(TL_LOOP + 2);
     if (tid == 0) {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(timer_end) :: "memory");
+        asm volatile("mov.unsigned long long %0, %%globaltimer;" : "=l"(timer_end) :: "memory");
         const int cta = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
         unsigned long long* out = reinterpret_cast<unsigned long long*>(c) + cta * 24;
         for (int i = 0; i < TL_MARKS; ++i) out[i] = marks[i];
