@@ -343,3 +343,15 @@ def test_huge_block_input_matches_the_exact_sum(plan):
     run = cuda.make_runner(*HUGE_BLOCK_SHAPE, torch.device("cuda"), plan)
     out = run(data[0], data[2], data[3], data[4])
     assert_harness_close(out.cpu(), bench.blockwise_exact_reference(data))
+
+
+@pytest.mark.parametrize("plan", [pipe(256, 64, 4, stages=9, cw=1), pipe(128, 16, 6, stages=16)])
+def test_timeline_builds_compile(plan, tmp_path):
+    """The -DTIMELINE=1 experiment builds (tools/cuda_lab.py timeline) compile in both copy modes."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    source = Path(cuda.__file__).parent.parent / "kernels" / cuda.PIPE_SOURCE
+    built = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-std=c++17", "-DTIMELINE=1",
+                            *cuda.compile_options(7168, 2048, plan), "-o", str(tmp_path / "t.cubin"), str(source)],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-2000:]

@@ -327,7 +327,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xFFFFFFFFu, tid >> 5, 0);
 #if TIMELINE
     unsigned long long marks[TL_MARKS] = {}, timer_start, timer_end;
-    asm volatile("mov.unsigned long long %0, %%globaltimer;" : "=l"(timer_start) :: "memory");
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(timer_start) :: "memory");
 #endif
     MARK(0);
     // Warp-uniform roles: the warpgroups convert and multiply (and issue the copies too when there
@@ -507,7 +507,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
 #if TIMELINE
     MARK(TL_LOOP + 2);
     if (tid == 0) {
-        asm volatile("mov.unsigned long long %0, %%globaltimer;" : "=l"(timer_end) :: "memory");
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(timer_end) :: "memory");
         const int cta = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
         unsigned long long* out = reinterpret_cast<unsigned long long*>(c) + cta * 24;
         for (int i = 0; i < TL_MARKS; ++i) out[i] = marks[i];
