@@ -50,7 +50,7 @@ def plan_for(m: int, n: int, k: int, device: torch.device) -> Plan:
 
 MAX_CANDIDATES = 24  # NVRTC builds take ~1 s each (concurrent in `prepare`): tuning stays ~5 s
 F8_TWINS = 3  # e4m3 (F8MMA) twins of the first plans offered; 0 = none
-PIPE_CANDIDATES = 8  # v9 pipe plans offered right after the first plan (sm_90 only)
+PIPE_CANDIDATES = 4  # v9 pipe plans offered after the mma.sync plans (sm_90 only; slower on the H200)
 # The tuner may only be offered kernels that passed compute-sanitizer memcheck on odd shapes
 # (tools/sanitize_kernels.py covers the pipe plans either way); True once they have.
 PIPE_MEMCHECKED = False
@@ -72,7 +72,7 @@ def _candidates(m, n, k, units, pipe):
         plans += [twin for twin in twins if isinstance(plan, Plan) and twin == plan._replace(f8=1)]
     plans = plans[:MAX_CANDIDATES]
     if pipe:
-        plans[1:1] = [plan for plan in pipe_plans(m, n, k, units, PIPE_CANDIDATES) if plan != first]
+        plans += [plan for plan in pipe_plans(m, n, k, units, PIPE_CANDIDATES) if plan != first]
     return plans
 
 
@@ -82,10 +82,10 @@ def offers_pipe(device: torch.device) -> bool:
 
 
 def candidates(m: int, n: int, k: int, device: torch.device) -> list:
-    """The plan `plan_for` picks; then, where `offers_pipe`, up to PIPE_CANDIDATES v9 pipe plans by
-    their cost model; then the cost model's ranking of the mma.sync plan grid (wgmma plans of that
-    kernel measured slower, notes/cuda.md v7), the first F8_TWINS of them each followed by its
-    e4m3 twin (f8). No compilation."""
+    """The plan `plan_for` picks; then the cost model's ranking of the mma.sync plan grid (wgmma plans
+    of that kernel measured slower, notes/cuda.md v7), the first F8_TWINS of them each followed by
+    its e4m3 twin (f8); then, where `offers_pipe`, up to PIPE_CANDIDATES v9 pipe plans by their cost
+    model (last: 2-6 µs slower than the table on the H200, notes/cuda.md v9.2). No compilation."""
     return list(_candidates(m, n, k, compute_units(device), offers_pipe(device)))
 
 
