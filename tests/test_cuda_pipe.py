@@ -29,8 +29,8 @@ TASK_SHAPES = [(8, 2112, 7168), (16, 3072, 1536), (64, 3072, 1536), (256, 2880, 
 BENCH_SHAPES = TASK_SHAPES[4:]
 
 
-def pipe(bn, bm, split_k, kc=64, stages=4, cw=0):
-    return PipePlan(PIPE, bn, bm, split_k, kc, stages, cw)
+def pipe(bn, bm, split_k, kc=64, stages=4, cw=0, cn=1):
+    return PipePlan(PIPE, bn, bm, split_k, kc, stages, cw, cn)
 
 
 # ---- CPU ----------------------------------------------------------------------------------------
@@ -105,8 +105,9 @@ def test_offered_pipe_plans_run_ahead_and_lead_with_a_copy_warp(shape):
 def test_table_entries_of_either_plan_type_round_trip(monkeypatch):
     """The tuner writes table entries as plain tuples; a pipe entry's first field names its type."""
     entry = tuple(pipe(128, 256, 4))
-    assert entry == ("pipe", 128, 256, 4, 64, 4, 0)
-    assert cuda.PipePlan(*entry[:6]) == pipe(128, 256, 4)  # entries written before the cw field
+    assert entry == ("pipe", 128, 256, 4, 64, 4, 0, 1)
+    assert cuda.PipePlan(*entry[:6]) == pipe(128, 256, 4)  # entries written before the cw and cn fields
+    assert cuda.PipePlan(*entry[:7]) == pipe(128, 256, 4)
     monkeypatch.setitem(cuda_plans.PLANS, (256, 3072, 1536), entry)
     assert cuda_plans.table_plan(256, 3072, 1536) == pipe(128, 256, 4)
     assert cuda_plans.table_plan(200, 3072, 1536) == pipe(128, 256, 4)  # same M class
@@ -228,7 +229,11 @@ def test_every_offered_pipe_plan_on_the_task_shapes(shape):
 ODD_PLANS = [pipe(64, 16, 1), pipe(128, 32, 2), pipe(128, 64, 2, kc=128, stages=3), pipe(192, 128, 3),
              pipe(64, 256, 2, stages=3), pipe(128, 256, 2, stages=5), pipe(256, 64, 3, kc=128, stages=3),
              pipe(64, 16, 1, stages=16, cw=1), pipe(128, 32, 2, stages=7, cw=2), pipe(256, 64, 3, stages=9, cw=1),
-             pipe(128, 128, 2, kc=128, stages=4, cw=1)]
+             pipe(128, 128, 2, kc=128, stages=4, cw=1),
+             # N tiles sharing A's quantization (cn): 2 or 4 slices of 8-32 rows, with and without split-K
+             pipe(64, 16, 1, stages=6, cw=1, cn=2), pipe(128, 32, 2, stages=6, cw=1, cn=4),
+             pipe(128, 64, 2, kc=128, stages=4, cw=1, cn=4), pipe(64, 256, 1, stages=3, cw=2, cn=2),
+             pipe(256, 64, 2, stages=5, cw=1, cn=4)]
 
 
 @pytest.mark.gpu
@@ -267,7 +272,8 @@ def test_one_build_serves_every_m():
 
 EXTREME_PLANS = [((256, 3072, 1536), pipe(128, 256, 4)), ((64, 7168, 2048), pipe(128, 64, 2, kc=128, stages=3)),
                  ((33, 480, 1600), pipe(192, 64, 3)), ((16, 2112, 7168), pipe(64, 16, 4)),
-                 ((64, 7168, 2048), pipe(256, 64, 4, stages=9, cw=1)), ((256, 3072, 1536), pipe(128, 128, 2, stages=9, cw=1))]
+                 ((64, 7168, 2048), pipe(256, 64, 4, stages=9, cw=1)), ((256, 3072, 1536), pipe(128, 128, 2, stages=9, cw=1)),
+                 ((64, 7168, 2048), pipe(128, 64, 2, stages=8, cw=1, cn=4)), ((33, 480, 1600), pipe(64, 64, 2, stages=6, cw=1, cn=4))]
 
 
 @pytest.mark.gpu
@@ -331,7 +337,8 @@ def test_the_fp32_reference_is_order_dependent_on_the_huge_block_input():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("plan", [None, pipe(64, 16, 4, stages=16, cw=1), pipe(128, 16, 6, stages=16), pipe(128, 16, 6)])
+@pytest.mark.parametrize("plan", [None, pipe(64, 16, 4, stages=16, cw=1), pipe(128, 16, 6, stages=16), pipe(128, 16, 6),
+                                  pipe(64, 16, 4, stages=8, cw=1, cn=2)])
 def test_huge_block_input_matches_the_exact_sum(plan):
     """The exact fallback sums each CTA's K range in order, so the cancelling block gives exactly 0
     and the rest of the row survives (None: the v8 table plan)."""
@@ -345,7 +352,8 @@ def test_huge_block_input_matches_the_exact_sum(plan):
     assert_harness_close(out.cpu(), bench.blockwise_exact_reference(data))
 
 
-@pytest.mark.parametrize("plan", [pipe(256, 64, 4, stages=9, cw=1), pipe(128, 16, 6, stages=16)])
+@pytest.mark.parametrize("plan", [pipe(256, 64, 4, stages=9, cw=1), pipe(128, 16, 6, stages=16),
+                                  pipe(128, 64, 2, stages=8, cw=1, cn=4)])
 def test_timeline_builds_compile(plan, tmp_path):
     """The -DTIMELINE=1 experiment builds (tools/cuda_lab.py timeline) compile in both copy modes."""
     if shutil.which("nvcc") is None:

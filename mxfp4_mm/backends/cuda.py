@@ -93,10 +93,10 @@ def plan_label(plan) -> str:
     """E.g. "m32w6t2k2s1c2r2": rows of M, warps along N, tiles per warp, warps along K, split-K,
     then cn, ring, wgmma ("g") and e4m3 ("f") where they differ from their defaults. A pipe plan:
     "p.n128.m256.s4.k64.q4" (rows of N and M per CTA, split-K, K per chunk, stages), then ".w1" for
-    copy warps where there are any."""
+    copy warps where there are any and ".c4" for N tiles sharing A where they do."""
     if isinstance(plan, PipePlan):
         label = f"p.n{plan.bn}.m{plan.bm}.s{plan.split_k}.k{plan.kc}.q{plan.stages}"
-        return label + (f".w{plan.cw}" if plan.cw else "")
+        return label + (f".w{plan.cw}" if plan.cw else "") + (f".c{plan.cn}" if plan.cn > 1 else "")
     label = f"m{plan.bm}w{plan.wn}t{plan.nt}k{plan.wk}s{plan.split_k}"
     return label + (f"c{plan.cn}" if plan.cn != 1 else "") + (f"r{plan.ring}" if plan.ring else "") + \
         ("g" if plan.wg else "") + ("f" if plan.f8 else "")

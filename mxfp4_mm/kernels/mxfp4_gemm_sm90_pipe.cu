@@ -32,7 +32,7 @@
 // The proxy fence is CTA-scoped (`fence.proxy.async.shared::cta`; the plain `fence.proxy.async`
 // compiles to MEMBAR.ALL.GPU). On the H200 the two time the same (notes/cuda.md, v9.1).
 //
-// Split-K runs across a (1, SPLITK, 1) thread-block cluster; partial tiles are summed in rank
+// Split-K runs across a (CN, SPLITK, 1) thread-block cluster; partial tiles are summed in rank
 // order through distributed shared memory (deterministic; no scratch, no counters). M is a launch
 // argument: rows >= M are zero-filled by the copies and never stored.
 // Operands outside the folded range (B scale bytes 1..64 or >= 192, A block exponents > 64,
@@ -40,7 +40,8 @@
 //
 // Compile-time configuration (-D): GN GK (shape), BN (rows of N per CTA: 64 per warpgroup),
 // BM (rows of M per CTA: the wgmma n), SPLITK (CTAs along K), KC (K per chunk: 64 or 128),
-// STAGES (stage ring slots, >= 3), COPY_WARPS (warps that only issue copies; 0: every thread).
+// STAGES (stage ring slots, >= 3), COPY_WARPS (warps that only issue copies; 0: every thread),
+// CN (CTAs along N sharing A's quantization through the cluster; needs COPY_WARPS > 0).
 // Experiments: TIMELINE=1 (thread 0 records phase marks into C instead of the result),
 // FENCE_GPU=1 (the GPU-scoped proxy fence of the first version, for A/B timing).
 
@@ -65,6 +66,9 @@
 #endif
 #ifndef COPY_WARPS
 #define COPY_WARPS 0
+#endif
+#ifndef CN
+#define CN 1
 #endif
 #ifndef TIMELINE
 #define TIMELINE 0
@@ -95,14 +99,17 @@ constexpr int COPY_UNROLL = COPY_UNROLL_OVERRIDE;
 #else
 constexpr int COPY_UNROLL = COPY_WARPS ? 4 : 64;
 #endif
-constexpr int A_STAGE = BM * KC * 2;
+constexpr int AS_ROWS = BM / CN;                   // raw A rows this CTA copies and quantizes
+constexpr int A_STAGE = AS_ROWS * KC * 2;
 constexpr int BQ_STAGE = BN * KC / 2;
 constexpr int BS_STAGE = BN / 32 * NB * 64;
 constexpr int STAGE_BYTES = A_STAGE + BQ_STAGE + BS_STAGE;
 constexpr int BOP_BYTES = BN * KC * 2;
+constexpr int A_SLOTS = 3;                         // CN > 1: ring of quantized A operands
+constexpr int AOP_BYTES = CN > 1 ? BM * KC * 2 : 0;
 constexpr int P_STRIDE = BN + 4;  // floats; keeps the accumulator stores conflict-free
-// Dynamic shared memory = max(STAGES * STAGE_BYTES + 2 * BOP_BYTES, BM * P_STRIDE * 4):
-// tables/cuda_plans.py's pipe_smem_bytes mirrors this.
+// Dynamic shared memory = max(STAGES * STAGE_BYTES + 2 * BOP_BYTES + A_SLOTS * AOP_BYTES,
+// BM * P_STRIDE * 4): tables/cuda_plans.py's pipe_smem_bytes mirrors this.
 
 static_assert(BN % 64 == 0 && BN <= 256, "BN: whole warpgroups");
 static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "BM: a wgmma n with a wrapper");
@@ -110,8 +117,11 @@ static_assert(KC == 64 || KC == 128, "KC");
 static_assert(STAGES >= 3, "STAGES: a stage is refilled two chunks after its MMAs were issued");
 static_assert(COPY_WARPS >= 0 && COPY_WARPS <= 2, "COPY_WARPS");
 static_assert(SPLITK >= 1 && SPLITK <= 8 && SPLITK <= NCHUNK, "SPLITK");
+static_assert(CN == 1 || (COPY_WARPS > 0 && AS_ROWS % 8 == 0 && CN * SPLITK <= 8), "CN: copy warps, 8-row slices, cluster <= 8");
 
-#if SPLITK > 1
+#if CN > 1
+#define CLUSTER_ATTR __cluster_dims__(CN, SPLITK, 1)
+#elif SPLITK > 1
 #define CLUSTER_ATTR __cluster_dims__(1, SPLITK, 1)
 #else
 #define CLUSTER_ATTR
@@ -135,6 +145,7 @@ struct Tile {
     const u8* b_q;
     const u8* b_scale_sh;
     int m_size, m0, n0, chunk_begin;
+    int a_row0;  // first of the AS_ROWS rows of A this CTA copies (CN > 1: its slice of the BM rows)
 };
 
 // cp.async of chunk `lc` (of this CTA's range) into `stage` by issuer `tid` of ISSUERS; one commit
@@ -143,15 +154,15 @@ struct Tile {
 __device__ __forceinline__ void issue_chunk(const Tile& tile, u8* stage, int lc, int tid) {
     const int k0 = (tile.chunk_begin + lc) * KC;
     const u32 a_dst = smem_addr(stage), bq_dst = a_dst + A_STAGE, bs_dst = bq_dst + BQ_STAGE;
-    constexpr int A_PIECES = BM * KC / 8;
+    constexpr int A_PIECES = AS_ROWS * KC / 8;
 #pragma unroll COPY_UNROLL
     for (int p0 = 0; p0 < A_PIECES; p0 += ISSUERS) {
         const int p = p0 + tid;
-        const int q = p >> 5, kg = (q / (BM / 8)) * 4 + ((p >> 3) & 3), row = (q % (BM / 8)) * 8 + (p & 7);
-        const int gm = tile.m0 + row, k = k0 + kg * 8;
+        const int q = p >> 5, kg = (q / (AS_ROWS / 8)) * 4 + ((p >> 3) & 3), row = (q % (AS_ROWS / 8)) * 8 + (p & 7);
+        const int gm = tile.m0 + tile.a_row0 + row, k = k0 + kg * 8;
         const bool valid = gm < tile.m_size && k < GK;
         if (A_PIECES % ISSUERS == 0 || p < A_PIECES)
-            cp_async16(a_dst + (kg * BM + row) * 16, valid ? tile.a + (size_t)gm * GK + k : tile.a, valid);
+            cp_async16(a_dst + (kg * AS_ROWS + row) * 16, valid ? tile.a + (size_t)gm * GK + k : tile.a, valid);
     }
     constexpr int B_PIECES = BN * NB;
 #pragma unroll COPY_UNROLL
@@ -187,9 +198,7 @@ __device__ __forceinline__ void issue_chunk(const Tile& tile, u8* stage, int lc,
 // block sit in lanes l, l^8, l^16, l^24 of the warp: the block's amax takes two shuffles, so the
 // dependent chain per block is a quarter of one thread doing the whole block, and every warp that
 // has A work does it with all of its lanes. Callers keep the warp converged (warp-uniform tasks).
-__device__ __forceinline__ void quantize_a_piece(u8* a_stage, int r, int b, int i) {
-    uint4* const piece = reinterpret_cast<uint4*>(a_stage + ((4 * b + i) * BM + r) * 16);
-    const uint4 raw = *piece;
+__device__ __forceinline__ uint4 quantize_a_piece(const uint4 raw) {
     // amax on magnitude bits (bf16 orders like unsigned integers; NaN stays largest)
     u32 m = max_u16x2(max_u16x2(raw.x & 0x7FFF7FFFu, raw.y & 0x7FFF7FFFu),
                       max_u16x2(raw.z & 0x7FFF7FFFu, raw.w & 0x7FFF7FFFu));
@@ -202,7 +211,7 @@ __device__ __forceinline__ void quantize_a_piece(u8* a_stage, int r, int b, int 
     u32 q[4];
 #pragma unroll
     for (int a = 0; a < 4; ++a) q[a] = mul_bf16x2(round_e2m1_bf16x2(mul_bf16x2(x[a], inv_scale)), fold);
-    *piece = make_uint4(q[0], q[1], q[2], q[3]);
+    return make_uint4(q[0], q[1], q[2], q[3]);
 }
 
 // B block (row n, block b of the chunk): 16 bytes of codes -> 4 pieces of bf16 operand. Returns
@@ -223,20 +232,45 @@ __device__ __forceinline__ bool convert_b_block(const u8* stage, u8* b_op, int n
 }
 
 // A: a warp task is 8 rows x one block (lane = 8 * piece + row), tasks to warps 0, 1, ...
-// Lanes 0-7 of an A task read 8 consecutive 16-byte rows: conflict-free. B: each warpgroup converts
-// the 64 rows its own wgmmas read (NB / 2 blocks per thread), so only its own earlier MMAs read the
-// B operand buffer it overwrites.
-constexpr int A_TASKS = BM / 8 * NB;
+// Lanes 0-7 of an A task read 8 consecutive 16-byte rows: conflict-free.
+constexpr int A_TASKS = AS_ROWS / 8 * NB;
 constexpr int CONVERT_WARPS = CONVERTERS / 32;
-__device__ __forceinline__ bool convert_chunk(const Tile& tile, u8* stage, u8* b_op, int lc, int tid) {
-    const int block0 = (tile.chunk_begin + lc) * NB;
-    const int warp = tid >> 5, lane = tid & 31;
+constexpr int A_WRITER_WARPS = A_TASKS < CONVERT_WARPS ? A_TASKS : CONVERT_WARPS;
+
+// Cluster rank of the CTA with N rank q (of CN) in split `split`: cluster dims (CN, SPLITK, 1).
+__device__ __forceinline__ u32 peer_rank(int q, int split) { return (u32)(q + CN * split); }
+
+__device__ __forceinline__ void st_cluster_u4(u32 local_addr, u32 rank, uint4 v) {
+    asm volatile("st.shared::cluster.v4.u32 [%0], {%1,%2,%3,%4};\n"
+                 :: "r"(cluster_addr(local_addr, rank)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+// This CTA's AS_ROWS rows of A for the chunk. CN == 1: quantized in place (the stage is the wgmma
+// operand). CN > 1: written into the A operand slot `a_op` of every CTA of the N group, this one
+// included, at this CTA's row offset: each CTA quantizes 1/CN of the rows all of them multiply.
+__device__ __forceinline__ void quantize_a_chunk(u8* stage, u32 a_op, int n_rank, int split, int warp, int lane) {
 #pragma unroll
     for (int i = 0; i < (A_TASKS + CONVERT_WARPS - 1) / CONVERT_WARPS; ++i) {
         const int task = warp + i * CONVERT_WARPS;  // warp-uniform: the shuffles need the whole warp
-        if (A_TASKS % CONVERT_WARPS == 0 || task < A_TASKS)
-            quantize_a_piece(stage, (task % (BM / 8)) * 8 + (lane & 7), task / (BM / 8), lane >> 3);
+        if (A_TASKS % CONVERT_WARPS != 0 && task >= A_TASKS) continue;
+        const int r = (task % (AS_ROWS / 8)) * 8 + (lane & 7), kg = 4 * (task / (AS_ROWS / 8)) + (lane >> 3);
+        uint4* const piece = reinterpret_cast<uint4*>(stage + (kg * AS_ROWS + r) * 16);
+        const uint4 q = quantize_a_piece(*piece);
+        if (CN == 1) {
+            *piece = q;
+        } else {
+            const u32 dst = a_op + (kg * BM + n_rank * AS_ROWS + r) * 16;
+#pragma unroll
+            for (int peer = 0; peer < CN; ++peer) st_cluster_u4(dst, peer_rank(peer, split), q);
+        }
     }
+}
+
+// B: each warpgroup converts the 64 rows its own wgmmas read (NB / 2 blocks per thread), so only
+// its own earlier MMAs read the B operand buffer it overwrites. Returns whether a scale byte was
+// below the folded range.
+__device__ __forceinline__ bool convert_b_chunk(const Tile& tile, const u8* stage, u8* b_op, int lc, int tid) {
+    const int block0 = (tile.chunk_begin + lc) * NB;
     bool low = false;
     const int row0 = (tid >> 7) * 64, t = tid & 127;
 #pragma unroll
@@ -267,6 +301,21 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, u32 parity) {
 // Named barrier over the converting warpgroups only (the copy warps never wait on it).
 __device__ __forceinline__ void converters_sync() {
     asm volatile("bar.sync 1, %0;\n" :: "n"(CONVERTERS) : "memory");
+}
+// The 128 threads of one warpgroup (ids 2 + warpgroup; 0 is __syncthreads, 1 converters_sync).
+__device__ __forceinline__ void warpgroup_sync(int warpgroup) {
+    asm volatile("bar.sync %0, 128;\n" :: "r"(2 + warpgroup) : "memory");
+}
+// CN > 1: arrive on the mbarrier at the same offset in the CTA of cluster rank `rank`, releasing
+// this thread's earlier stores (st.shared::cluster) at cluster scope.
+__device__ __forceinline__ void mbar_arrive_remote(unsigned long long* bar, u32 rank) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n"
+                 :: "r"(cluster_addr(smem_addr(bar), rank)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait_cluster(unsigned long long* bar, u32 parity) {
+    asm volatile("{\n.reg .pred done;\nwait_%=:\n"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra wait_%=;\n}\n" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
 }
 
 // ---- exact fallback (operands outside the folded range; never taken on real data) ---------------
@@ -322,6 +371,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
                 u16* __restrict__ c, const int m_size) {
     extern __shared__ __align__(128) u8 smem[];
     u8* const b_ops = smem + STAGES * STAGE_BYTES;
+    u8* const a_ops = b_ops + 2 * BOP_BYTES;  // CN > 1 only
     // The warp index through a shuffle: ptxas then knows the roles below are warp-uniform and keeps
     // the wgmmas of the converting warps asynchronous (else: C7518, serialized wgmmas).
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xFFFFFFFFu, tid >> 5, 0);
@@ -335,10 +385,11 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
     const bool converts = warp < CONVERTERS / 32;
     const bool copies = COPY_WARPS ? !converts : true;
     const int issuer = COPY_WARPS ? tid - CONVERTERS : tid;
-    const int split = blockIdx.y;
+    const int split = blockIdx.y, n_rank = blockIdx.x % CN;
     const int chunk_begin = split * NCHUNK / SPLITK;
     const int chunks = (split + 1) * NCHUNK / SPLITK - chunk_begin;
-    const Tile tile = {a, b_q, b_scale_sh, m_size, (int)blockIdx.z * BM, (int)blockIdx.x * BN, chunk_begin};
+    const Tile tile = {a, b_q, b_scale_sh, m_size, (int)blockIdx.z * BM, (int)blockIdx.x * BN, chunk_begin,
+                       n_rank * AS_ROWS};
 
     float acc[BM / 8][4];
 #pragma unroll
@@ -349,17 +400,37 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
     const int wg_row0 = (warp >> 2) * 64;  // this warpgroup's 64 rows of the B operand
 #if COPY_WARPS
     // Warp-specialized: the copy warps fill the ring as far ahead as its stages are free (`empty`,
-    // arrived by every converting thread once the MMAs that read the stage are done) and signal
-    // `full` when their copies land; the converting warpgroups wait on `full`, convert, meet at one
-    // named barrier (A is quantized by all of them and read by every warpgroup's MMAs), issue the
-    // chunk's wgmmas and release the stage of the chunk before.
+    // arrived by every converting thread once nothing reads the stage any more) and signal `full`
+    // when their copies land; the converting warpgroups wait on `full`, convert, and issue the
+    // chunk's wgmmas.
+    // CN == 1: A is quantized in place in the stage, so the stage is free once the chunk's MMAs are
+    // done (released one chunk later), and one named barrier over the converters publishes A.
+    // CN > 1: the quantized A goes to a separate ring of A_SLOTS operand slots in every CTA of the
+    // N group; `a_ready[slot]` counts the writers of all CN CTAs (remote arrivals, release/acquire
+    // at cluster scope), `a_free[slot]` the warps of all CN CTAs whose MMAs read the slot; the
+    // stage is free right after the conversion; a warpgroup barrier publishes its own B rows.
     __shared__ unsigned long long full[STAGES], empty[STAGES];
-    if (tid == 0)
+#if CN > 1
+    __shared__ unsigned long long a_ready[A_SLOTS], a_free[A_SLOTS];
+#endif
+    if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&full[s], ISSUERS);
             mbar_init(&empty[s], CONVERTERS);
         }
+#if CN > 1
+        for (int s = 0; s < A_SLOTS; ++s) {
+            mbar_init(&a_ready[s], CN * A_WRITER_WARPS * 32);
+            mbar_init(&a_free[s], CN * CONVERT_WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+    }
+#if CN > 1
+    cluster_sync();  // every peer's barriers exist before the first remote arrival
+#else
     __syncthreads();
+#endif
     MARK(1);
     if (!converts) {
 #pragma unroll 1
@@ -379,20 +450,50 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
 #endif
             u8* const stage = smem + s * STAGE_BYTES;
             u8* const b_op = b_ops + (lc & 1) * BOP_BYTES;
-            b_scale_low |= convert_chunk(tile, stage, b_op, lc, tid);
+#if CN > 1
+            const int slot = lc % A_SLOTS;
+            u8* const a_op = a_ops + slot * AOP_BYTES;
+            if (lc >= A_SLOTS) mbar_wait_cluster(&a_free[slot], (lc / A_SLOTS - 1) & 1);
+            quantize_a_chunk(stage, smem_addr(a_op), n_rank, split, warp, lane);
+            if (warp < A_WRITER_WARPS) {
+                asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");  // for the peers' wgmmas
+#pragma unroll
+                for (int peer = 0; peer < CN; ++peer) mbar_arrive_remote(&a_ready[slot], peer_rank(peer, split));
+            }
+            b_scale_low |= convert_b_chunk(tile, stage, b_op, lc, tid);
+            mbar_arrive(&empty[s]);  // the raw A slice and the B codes are consumed
+            proxy_fence();
+            mbar_wait_cluster(&a_ready[slot], (lc / A_SLOTS) & 1);
+            proxy_fence();
+#if TIMELINE
+            if (lc < TL_CHUNKS) MARK(3 + 3 * lc);
+#endif
+            warpgroup_sync(warp >> 2);
+            const u32 a_desc_base = smem_addr(a_op);
+#else
+            quantize_a_chunk(stage, 0, 0, 0, warp, lane);
+            b_scale_low |= convert_b_chunk(tile, stage, b_op, lc, tid);
             proxy_fence();
 #if TIMELINE
             if (lc < TL_CHUNKS) MARK(3 + 3 * lc);
 #endif
             converters_sync();
+            const u32 a_desc_base = smem_addr(stage);
+#endif
             wgmma_fence();
 #pragma unroll
             for (int step = 0; step < KC / 16; ++step)
                 wgmma_ss_bf16<BM>(acc, operand_desc<BN>(smem_addr(b_op), step, wg_row0),
-                                  operand_desc<BM>(smem_addr(stage), step, 0));
+                                  operand_desc<BM>(a_desc_base, step, 0));
             wgmma_commit();
-            wgmma_wait<1>();  // chunk lc-1's MMAs are done: its stage is free
+            wgmma_wait<1>();  // chunk lc-1's MMAs are done
+#if CN > 1
+            if (lc > 0 && lane == 0)
+#pragma unroll
+                for (int peer = 0; peer < CN; ++peer) mbar_arrive_remote(&a_free[(lc - 1) % A_SLOTS], peer_rank(peer, split));
+#else
             if (lc > 0) mbar_arrive(&empty[(lc - 1) % STAGES]);
+#endif
 #if TIMELINE
             if (lc < TL_CHUNKS) MARK(4 + 3 * lc);
 #endif
@@ -419,7 +520,8 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
         if (refill < chunks) issue_chunk(tile, smem + (refill % STAGES) * STAGE_BYTES, refill, issuer);
         else cp_async_commit();
         u8* const b_op = b_ops + (lc & 1) * BOP_BYTES;
-        b_scale_low |= convert_chunk(tile, stage, b_op, lc, tid);
+        quantize_a_chunk(stage, 0, 0, 0, warp, lane);
+        b_scale_low |= convert_b_chunk(tile, stage, b_op, lc, tid);
         proxy_fence();
 #if TIMELINE
         if (lc < TL_CHUNKS) MARK(3 + 3 * lc);
@@ -474,7 +576,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
             p[P_STRIDE + 8] = acc[j][3];
         }
     }
-#if SPLITK > 1
+#if SPLITK > 1 || CN > 1
     cluster_sync();
 #else
     __syncthreads();
@@ -491,7 +593,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
 #pragma unroll
         for (int s = 0; s < SPLITK; ++s) {
 #if SPLITK > 1
-            const float4 v = ld_cluster_f4(smem_addr(p), (u32)s);
+            const float4 v = ld_cluster_f4(smem_addr(p), peer_rank(n_rank, s));
 #else
             const float4 v = *reinterpret_cast<const float4*>(p);
 #endif
@@ -501,7 +603,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
             store_bf16x4(c + (size_t)gm * GN + gn, sum);
         }
     }
-#if SPLITK > 1
+#if SPLITK > 1 || CN > 1
     cluster_sync_relaxed();  // peers may still be reading this CTA's partial tile
 #endif
 #if TIMELINE

@@ -27,7 +27,7 @@ WGMMA_BMS = (16, 32, 64, 128)  # the wgmma N sizes kernels/wgmma_sm90a.h provide
 # bm: rows of M per CTA (the wgmma n); split_k: CTAs along K (one cluster); kc: K per pipeline
 # chunk; stages: slots of the copy ring (chunks are copied stages - 2 ahead; enough stages copy
 # a CTA's whole K range up front); cw: warps that only issue the copies (0: every thread does).
-PipePlan = collections.namedtuple("PipePlan", "kind bn bm split_k kc stages cw", defaults=(64, 4, 0))
+PipePlan = collections.namedtuple("PipePlan", "kind bn bm split_k kc stages cw cn", defaults=(64, 4, 0, 1))
 PIPE = "pipe"
 PIPE_BNS = (64, 128, 192, 256)
 PIPE_BMS = (16, 32, 64, 128, 256)  # the wgmma n sizes of the "SS" wrappers in kernels/wgmma_sm90a.h
@@ -75,8 +75,8 @@ def smem_bytes(m: int, n: int, k: int, plan) -> int:
 
 
 def grid(m: int, n: int, plan):
-    if isinstance(plan, PipePlan):
-        return (-(-n // plan.bn), plan.split_k, -(-m // plan.bm))
+    if isinstance(plan, PipePlan):  # N tiles padded to whole clusters of cn
+        return (-(-n // (plan.bn * plan.cn)) * plan.cn, plan.split_k, -(-m // plan.bm))
     n_tiles, m_tiles = -(-n // (plan.wn * plan.nt * 16)), -(-m // plan.bm)
     if plan.cn > 1:  # v5: 1-D clusters of cn N tiles x split_k along x (tiles padded to cn)
         return (-(-n_tiles // plan.cn) * plan.cn * plan.split_k, 1, m_tiles)
@@ -103,6 +103,8 @@ def compile_options(n: int, k: int, plan) -> tuple:
         values = dict(GN=n, GK=k, BN=plan.bn, BM=plan.bm, SPLITK=plan.split_k, KC=plan.kc, STAGES=plan.stages)
         if plan.cw:
             values["COPY_WARPS"] = plan.cw
+        if plan.cn > 1:
+            values["CN"] = plan.cn
         return tuple(f"-D{key}={value}" for key, value in values.items())
     values = dict(GN=n, GK=k, BM=plan.bm, WN=plan.wn, NT=plan.nt, WK=plan.wk, SPLITK=plan.split_k)
     if plan.cn > 1:
@@ -231,16 +233,19 @@ def pipe_chunks(k: int, plan: PipePlan) -> int:
 def pipe_smem_bytes(plan: PipePlan) -> int:
     """max(copy ring + two B operand buffers, the fp32 partial tile): the kernel's layout."""
     blocks = plan.kc // 32
-    stage = plan.bm * plan.kc * 2 + plan.bn * plan.kc // 2 + plan.bn // 32 * blocks * 64
-    return max(plan.stages * stage + 2 * plan.bn * plan.kc * 2, plan.bm * (plan.bn + 4) * 4)
+    stage = plan.bm // plan.cn * plan.kc * 2 + plan.bn * plan.kc // 2 + plan.bn // 32 * blocks * 64
+    a_slots = PIPE_A_SLOTS * plan.bm * plan.kc * 2 if plan.cn > 1 else 0
+    return max(plan.stages * stage + 2 * plan.bn * plan.kc * 2 + a_slots, plan.bm * (plan.bn + 4) * 4)
 
 
 # Registers per thread besides the bm/2 fp32 accumulators (nvcc 13 -Xptxas -v: 60-110 across the
 # offered plans); a plan must leave them under the per-thread share of the 64K register file.
 # `test_every_offered_pipe_plan_builds_without_spills` checks the offered plans against ptxas.
 PIPE_OTHER_REGISTERS = 88
-# Static shared memory of the warp-specialized mode: two mbarriers per stage.
+# Static shared memory of the warp-specialized mode: two mbarriers per stage (and per A slot).
 PIPE_BARRIER_BYTES = 16
+PIPE_A_SLOTS = 3  # cn > 1: the kernel's ring of quantized A operands (A_SLOTS)
+PIPE_CNS = (1, 2, 4, 8)  # CTAs along N sharing one quantized A (a cluster of cn x split_k <= 8)
 
 
 def pipe_is_valid(m: int, n: int, k: int, plan) -> bool:
@@ -249,20 +254,23 @@ def pipe_is_valid(m: int, n: int, k: int, plan) -> bool:
     threads = pipe_threads(plan) if plan.bn in PIPE_BNS else 0
     return (plan.bn in PIPE_BNS and plan.bm in PIPE_BMS and plan.kc in PIPE_KCS
             and 3 <= plan.stages <= PIPE_MAX_STAGES and plan.cw in (0, 1, 2)
+            and plan.cn in PIPE_CNS and (plan.cn == 1 or (plan.cw > 0 and plan.bm // plan.cn % 8 == 0
+                                                           and plan.cn * plan.split_k <= 8))
             and 1 <= plan.split_k <= min(8, pipe_chunks(k, plan))
             and plan.bm // 2 + PIPE_OTHER_REGISTERS <= min(255, 65536 // threads)
-            and pipe_smem_bytes(plan) + (PIPE_BARRIER_BYTES * plan.stages if plan.cw else 0) <= MAX_SMEM)
+            and pipe_smem_bytes(plan) + (PIPE_BARRIER_BYTES * (plan.stages + PIPE_A_SLOTS) if plan.cw else 0) <= MAX_SMEM)
 
 
 def pipe_cost(m: int, n: int, k: int, plan: PipePlan, compute_units: int = 132) -> float:
     """Rough cycles: waves of CTAs times a CTA's time, the larger of its conversion issue (A
-    quantization ~6 and B conversion ~3 thread instructions per element, over 4 schedulers) and
+    quantization ~6 per element of its 1/cn of the rows, B conversion ~3 thread instructions per
+    element, over 4 schedulers) and
     its MMAs (~2048 MAC per cycle), plus a first-copy latency and the split-K reduction."""
     ctas = 1
     for d in grid(m, n, plan):
         ctas *= d
     ks = -(-pipe_chunks(k, plan) // plan.split_k) * plan.kc
-    issue = (plan.bm * ks * 6.25 + plan.bn * ks * 3.1) / 32 / 4
+    issue = (plan.bm // plan.cn * ks * 6.25 + plan.bn * ks * 3.1) / 32 / 4  # cn CTAs share A's quantization
     mma = plan.bn * plan.bm * ks / 2048
     per_cta = max(issue, mma) + 0.25 * min(issue, mma) + 2000 + plan.split_k * plan.bm * plan.bn / 16
     return -(-ctas // compute_units) * per_cta
