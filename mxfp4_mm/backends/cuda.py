@@ -52,8 +52,9 @@ MAX_CANDIDATES = 24  # NVRTC builds take ~1 s each (concurrent in `prepare`): tu
 F8_TWINS = 3  # e4m3 (F8MMA) twins of the first plans offered; 0 = none
 PIPE_CANDIDATES = 4  # v9 pipe plans offered after the mma.sync plans (sm_90 only; slower on the H200)
 # The tuner may only be offered kernels that passed compute-sanitizer memcheck on odd shapes
-# (tools/sanitize_kernels.py covers the pipe plans either way); True once they have.
-PIPE_MEMCHECKED = False
+# (tools/sanitize_kernels.py covers the pipe plans either way): the v9.2 pipe kernel has
+# (notes/verification.md).
+PIPE_MEMCHECKED = True
 
 
 def _f8_twin(m, n, k, plan):

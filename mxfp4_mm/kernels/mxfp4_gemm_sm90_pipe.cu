@@ -306,10 +306,11 @@ __device__ __forceinline__ void converters_sync() {
 __device__ __forceinline__ void warpgroup_sync(int warpgroup) {
     asm volatile("bar.sync %0, 128;\n" :: "r"(2 + warpgroup) : "memory");
 }
-// CN > 1: arrive on the mbarrier at the same offset in the CTA of cluster rank `rank`, releasing
-// this thread's earlier stores (st.shared::cluster) at cluster scope.
+// CN > 1: arrive on the mbarrier at the same offset in the CTA of cluster rank `rank`. Relaxed:
+// a writer publishing its st.shared::cluster stores runs one `fence.acq_rel.cluster` before its
+// CN arrivals (a release pattern) instead of a release fence per arrival.
 __device__ __forceinline__ void mbar_arrive_remote(unsigned long long* bar, u32 rank) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n"
+    asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];\n"
                  :: "r"(cluster_addr(smem_addr(bar), rank)) : "memory");
 }
 __device__ __forceinline__ void mbar_wait_cluster(unsigned long long* bar, u32 parity) {
@@ -457,6 +458,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
             quantize_a_chunk(stage, smem_addr(a_op), n_rank, split, warp, lane);
             if (warp < A_WRITER_WARPS) {
                 asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");  // for the peers' wgmmas
+                asm volatile("fence.acq_rel.cluster;\n" ::: "memory");  // releases the stores above
 #pragma unroll
                 for (int peer = 0; peer < CN; ++peer) mbar_arrive_remote(&a_ready[slot], peer_rank(peer, split));
             }
@@ -488,7 +490,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
             wgmma_commit();
             wgmma_wait<1>();  // chunk lc-1's MMAs are done
 #if CN > 1
-            if (lc > 0 && lane == 0)
+            if (lc > 0 && lane == 0)  // (no data to release: the MMAs that read the slot are done)
 #pragma unroll
                 for (int peer = 0; peer < CN; ++peer) mbar_arrive_remote(&a_free[(lc - 1) % A_SLOTS], peer_rank(peer, split));
 #else
