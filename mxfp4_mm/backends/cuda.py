@@ -79,7 +79,12 @@ def _candidates(m, n, k, units, pipe):
 
 def offers_pipe(device: torch.device) -> bool:
     """Pipe plans run on sm_90 only (wgmma, sm_90a), and are offered once memchecked."""
-    return PIPE_MEMCHECKED and torch.cuda.get_device_capability(device) == (9, 0)
+    if not PIPE_MEMCHECKED or device.type != "cuda" or torch.version.hip:
+        return False
+    try:
+        return torch.cuda.get_device_capability(device) == (9, 0)
+    except (AssertionError, RuntimeError):  # a torch without a CUDA runtime
+        return False
 
 
 def candidates(m: int, n: int, k: int, device: torch.device) -> list:
