@@ -442,10 +442,31 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
             mbar_arrive_on_copies(&full[s]);
         }
     } else {
+#if CN > 1
+        // A of chunk c: wait for its copies and its slot, quantize this CTA's rows into every peer,
+        // publish. Sent one chunk ahead, so the exchange overlaps a chunk's B conversion and MMAs.
+        auto send_a = [&](int c) {
+            const int cs = c % STAGES, slot = c % A_SLOTS;
+            mbar_wait(&full[cs], (c / STAGES) & 1);
+            if (c >= A_SLOTS) mbar_wait_cluster(&a_free[slot], (c / A_SLOTS - 1) & 1);
+            quantize_a_chunk(smem + cs * STAGE_BYTES, smem_addr(a_ops + slot * AOP_BYTES), n_rank, split, warp, lane);
+            if (warp < A_WRITER_WARPS) {
+                asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");  // for the peers' wgmmas
+                asm volatile("fence.acq_rel.cluster;\n" ::: "memory");  // releases the stores above
+#pragma unroll
+                for (int peer = 0; peer < CN; ++peer) mbar_arrive_remote(&a_ready[slot], peer_rank(peer, split));
+            }
+        };
+        if (chunks > 0) send_a(0);
+#endif
 #pragma unroll 1
         for (int lc = 0; lc < chunks; ++lc) {
             const int s = lc % STAGES;
+#if CN > 1
+            if (lc + 1 < chunks) send_a(lc + 1);  // (also waited for this chunk's copies, one call ago)
+#else
             mbar_wait(&full[s], (lc / STAGES) & 1);
+#endif
 #if TIMELINE
             if (lc < TL_CHUNKS) MARK(2 + 3 * lc);
 #endif
@@ -454,16 +475,8 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
 #if CN > 1
             const int slot = lc % A_SLOTS;
             u8* const a_op = a_ops + slot * AOP_BYTES;
-            if (lc >= A_SLOTS) mbar_wait_cluster(&a_free[slot], (lc / A_SLOTS - 1) & 1);
-            quantize_a_chunk(stage, smem_addr(a_op), n_rank, split, warp, lane);
-            if (warp < A_WRITER_WARPS) {
-                asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");  // for the peers' wgmmas
-                asm volatile("fence.acq_rel.cluster;\n" ::: "memory");  // releases the stores above
-#pragma unroll
-                for (int peer = 0; peer < CN; ++peer) mbar_arrive_remote(&a_ready[slot], peer_rank(peer, split));
-            }
             b_scale_low |= convert_b_chunk(tile, stage, b_op, lc, tid);
-            mbar_arrive(&empty[s]);  // the raw A slice and the B codes are consumed
+            mbar_arrive(&empty[s]);  // the raw A slice (one call of send_a ago) and the B codes are consumed
             proxy_fence();
             mbar_wait_cluster(&a_ready[slot], (lc / A_SLOTS) & 1);
             proxy_fence();
