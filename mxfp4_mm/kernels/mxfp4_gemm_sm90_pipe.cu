@@ -105,8 +105,8 @@ constexpr int BQ_STAGE = BN * KC / 2;
 constexpr int BS_STAGE = BN / 32 * NB * 64;
 constexpr int STAGE_BYTES = A_STAGE + BQ_STAGE + BS_STAGE;
 constexpr int BOP_BYTES = BN * KC * 2;
-constexpr int A_SLOTS = 3;                         // CN > 1: ring of quantized A operands
-constexpr int AOP_BYTES = CN > 1 ? BM * KC * 2 : 0;
+[[maybe_unused]] constexpr int A_SLOTS = 3;                         // CN > 1: ring of quantized A operands
+[[maybe_unused]] constexpr int AOP_BYTES = CN > 1 ? BM * KC * 2 : 0;
 constexpr int P_STRIDE = BN + 4;  // floats; keeps the accumulator stores conflict-free
 // Dynamic shared memory = max(STAGES * STAGE_BYTES + 2 * BOP_BYTES + A_SLOTS * AOP_BYTES,
 // BM * P_STRIDE * 4): tables/cuda_plans.py's pipe_smem_bytes mirrors this.
@@ -235,7 +235,7 @@ __device__ __forceinline__ bool convert_b_block(const u8* stage, u8* b_op, int n
 // Lanes 0-7 of an A task read 8 consecutive 16-byte rows: conflict-free.
 constexpr int A_TASKS = AS_ROWS / 8 * NB;
 constexpr int CONVERT_WARPS = CONVERTERS / 32;
-constexpr int A_WRITER_WARPS = A_TASKS < CONVERT_WARPS ? A_TASKS : CONVERT_WARPS;
+[[maybe_unused]] constexpr int A_WRITER_WARPS = A_TASKS < CONVERT_WARPS ? A_TASKS : CONVERT_WARPS;
 
 // Cluster rank of the CTA with N rank q (of CN) in split `split`: cluster dims (CN, SPLITK, 1).
 __device__ __forceinline__ u32 peer_rank(int q, int split) { return (u32)(q + CN * split); }
@@ -356,6 +356,24 @@ __device__ __forceinline__ void proxy_fence() {
     else asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// CN == 1: A quantized in place in the stage, this warpgroup's B rows converted, both fenced for
+// the wgmmas. Returns whether a B scale byte was below the folded range.
+__device__ __forceinline__ bool convert_chunk(const Tile& tile, u8* stage, u8* b_op, int lc, int tid, int warp, int lane) {
+    quantize_a_chunk(stage, 0, 0, 0, warp, lane);
+    const bool low = convert_b_chunk(tile, stage, b_op, lc, tid);
+    proxy_fence();
+    return low;
+}
+
+// One chunk's KC/16 wgmmas of this warpgroup (its 64 rows of the B operand at wg_row0), one group.
+__device__ __forceinline__ void issue_chunk_mmas(float (&acc)[BM / 8][4], u32 b_op, u32 a_op, int wg_row0) {
+    wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < KC / 16; ++step)
+        wgmma_ss_bf16<BM>(acc, operand_desc<BN>(b_op, step, wg_row0), operand_desc<BM>(a_op, step, 0));
+    wgmma_commit();
+}
+
 #if TIMELINE
 // Thread 0's clock64 marks (see cuda_lab.py's PIPE_PHASES): 0 start, 1 prologue issued, then per
 // chunk c < TL_CHUNKS: 2+3c landed, 3+3c converted, 4+3c MMAs issued; then loop end, partial tile
@@ -372,7 +390,9 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
                 u16* __restrict__ c, const int m_size) {
     extern __shared__ __align__(128) u8 smem[];
     u8* const b_ops = smem + STAGES * STAGE_BYTES;
-    u8* const a_ops = b_ops + 2 * BOP_BYTES;  // CN > 1 only
+#if CN > 1
+    u8* const a_ops = b_ops + 2 * BOP_BYTES;
+#endif
     // The warp index through a shuffle: ptxas then knows the roles below are warp-uniform and keeps
     // the wgmmas of the converting warps asynchronous (else: C7518, serialized wgmmas).
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xFFFFFFFFu, tid >> 5, 0);
@@ -486,21 +506,14 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
             warpgroup_sync(warp >> 2);
             const u32 a_desc_base = smem_addr(a_op);
 #else
-            quantize_a_chunk(stage, 0, 0, 0, warp, lane);
-            b_scale_low |= convert_b_chunk(tile, stage, b_op, lc, tid);
-            proxy_fence();
+            b_scale_low |= convert_chunk(tile, stage, b_op, lc, tid, warp, lane);
 #if TIMELINE
             if (lc < TL_CHUNKS) MARK(3 + 3 * lc);
 #endif
             converters_sync();
             const u32 a_desc_base = smem_addr(stage);
 #endif
-            wgmma_fence();
-#pragma unroll
-            for (int step = 0; step < KC / 16; ++step)
-                wgmma_ss_bf16<BM>(acc, operand_desc<BN>(smem_addr(b_op), step, wg_row0),
-                                  operand_desc<BM>(a_desc_base, step, 0));
-            wgmma_commit();
+            issue_chunk_mmas(acc, smem_addr(b_op), a_desc_base, wg_row0);
             wgmma_wait<1>();  // chunk lc-1's MMAs are done
 #if CN > 1
             if (lc > 0 && lane == 0)  // (no data to release: the MMAs that read the slot are done)
@@ -535,19 +548,12 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
         if (refill < chunks) issue_chunk(tile, smem + (refill % STAGES) * STAGE_BYTES, refill, issuer);
         else cp_async_commit();
         u8* const b_op = b_ops + (lc & 1) * BOP_BYTES;
-        quantize_a_chunk(stage, 0, 0, 0, warp, lane);
-        b_scale_low |= convert_b_chunk(tile, stage, b_op, lc, tid);
-        proxy_fence();
+        b_scale_low |= convert_chunk(tile, stage, b_op, lc, tid, warp, lane);
 #if TIMELINE
         if (lc < TL_CHUNKS) MARK(3 + 3 * lc);
 #endif
         __syncthreads();
-        wgmma_fence();
-#pragma unroll
-        for (int step = 0; step < KC / 16; ++step)
-            wgmma_ss_bf16<BM>(acc, operand_desc<BN>(smem_addr(b_op), step, wg_row0),
-                              operand_desc<BM>(smem_addr(stage), step, 0));
-        wgmma_commit();
+        issue_chunk_mmas(acc, smem_addr(b_op), smem_addr(stage), wg_row0);
         wgmma_wait<1>();
 #if TIMELINE
         if (lc < TL_CHUNKS) MARK(4 + 3 * lc);
