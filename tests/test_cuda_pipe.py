@@ -363,3 +363,18 @@ def test_timeline_builds_compile(plan, tmp_path):
                             *cuda.compile_options(7168, 2048, plan), "-o", str(tmp_path / "t.cubin"), str(source)],
                            capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-2000:]
+
+
+def test_shared_a_plans_hold_an_a_slab_for_the_longest_k_range():
+    # ring: 8 x (B codes 128*32 + scales 4*2*64), no A; two B operand buffers of 128*64*2; the slab:
+    # 32 chunks of 64 over split 2 -> 16 chunks of 64 rows x 64 bf16
+    plan = pipe(128, 64, 2, stages=8, cw=1, cn=4)
+    assert cuda_plans.pipe_smem_bytes(plan, 2048) == 8 * (4096 + 512) + 2 * 16384 + 16 * 64 * 64 * 2
+    assert cuda_plans.pipe_smem_bytes(plan, 2048 - 64) == cuda_plans.pipe_smem_bytes(plan, 2048)  # 31 chunks: 16, 15
+    with pytest.raises(ValueError, match="needs K"):
+        cuda_plans.pipe_smem_bytes(plan)
+    assert not cuda.is_valid(64, 7168, 8192, plan)  # a 64-chunk slab does not fit
+    assert not cuda.is_valid(64, 7168, 2048, plan._replace(cw=0))  # shared A needs copy warps
+    assert not cuda.is_valid(64, 7168, 2048, plan._replace(cn=8))  # 8 x split 2 > 8 CTAs per cluster
+    assert not cuda.is_valid(64, 7168, 2048, pipe(128, 16, 2, stages=8, cw=1, cn=4))  # slices of 4 rows
+    assert cuda.grid(64, 7000, plan) == (56, 2, 1)  # 55 N tiles padded to whole clusters of 4

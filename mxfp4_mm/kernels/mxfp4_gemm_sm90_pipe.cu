@@ -41,7 +41,8 @@
 // Compile-time configuration (-D): GN GK (shape), BN (rows of N per CTA: 64 per warpgroup),
 // BM (rows of M per CTA: the wgmma n), SPLITK (CTAs along K), KC (K per chunk: 64 or 128),
 // STAGES (stage ring slots, >= 3), COPY_WARPS (warps that only issue copies; 0: every thread),
-// CN (CTAs along N sharing A's quantization through the cluster; needs COPY_WARPS > 0).
+// CN (CTAs along N sharing A's quantization through the cluster: one A slab for the CTA's K range,
+// 1/CN of its rows quantized by each; needs COPY_WARPS > 0).
 // Experiments: TIMELINE=1 (thread 0 records phase marks into C instead of the result),
 // FENCE_GPU=1 (the GPU-scoped proxy fence of the first version, for A/B timing).
 
@@ -99,17 +100,18 @@ constexpr int COPY_UNROLL = COPY_UNROLL_OVERRIDE;
 #else
 constexpr int COPY_UNROLL = COPY_WARPS ? 4 : 64;
 #endif
-constexpr int AS_ROWS = BM / CN;                   // raw A rows this CTA copies and quantizes
-constexpr int A_STAGE = AS_ROWS * KC * 2;
+constexpr int AS_ROWS = BM / CN;                   // rows of A this CTA copies and quantizes
+constexpr int A_STAGE = CN > 1 ? 0 : BM * KC * 2;  // CN > 1: A lives in the slab, not in the ring
 constexpr int BQ_STAGE = BN * KC / 2;
 constexpr int BS_STAGE = BN / 32 * NB * 64;
 constexpr int STAGE_BYTES = A_STAGE + BQ_STAGE + BS_STAGE;
 constexpr int BOP_BYTES = BN * KC * 2;
-[[maybe_unused]] constexpr int A_SLOTS = 3;                         // CN > 1: ring of quantized A operands
-[[maybe_unused]] constexpr int AOP_BYTES = CN > 1 ? BM * KC * 2 : 0;
+constexpr int AOP_BYTES = BM * KC * 2;             // one chunk of the A operand
+constexpr int MAX_CHUNKS = (NCHUNK + SPLITK - 1) / SPLITK;  // chunks of the longest K range
+[[maybe_unused]] constexpr int SLAB_BYTES = CN > 1 ? MAX_CHUNKS * AOP_BYTES : 0;
 constexpr int P_STRIDE = BN + 4;  // floats; keeps the accumulator stores conflict-free
-// Dynamic shared memory = max(STAGES * STAGE_BYTES + 2 * BOP_BYTES + A_SLOTS * AOP_BYTES,
-// BM * P_STRIDE * 4): tables/cuda_plans.py's pipe_smem_bytes mirrors this.
+// Dynamic shared memory = max(STAGES * STAGE_BYTES + 2 * BOP_BYTES + SLAB_BYTES, BM * P_STRIDE * 4):
+// tables/cuda_plans.py's pipe_smem_bytes mirrors this.
 
 static_assert(BN % 64 == 0 && BN <= 256, "BN: whole warpgroups");
 static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "BM: a wgmma n with a wrapper");
@@ -148,21 +150,25 @@ struct Tile {
     int a_row0;  // first of the AS_ROWS rows of A this CTA copies (CN > 1: its slice of the BM rows)
 };
 
+// Piece p of a chunk's AS_ROWS rows of A: its k8 group and row. A warp covers 8 rows x 4
+// consecutive 16-byte pieces: 64-byte runs in global memory, 512 contiguous bytes in shared memory.
+__device__ __forceinline__ int a_piece_k8(int p) { return ((p >> 5) / (AS_ROWS / 8)) * 4 + ((p >> 3) & 3); }
+__device__ __forceinline__ int a_piece_row(int p) { return ((p >> 5) % (AS_ROWS / 8)) * 8 + (p & 7); }
+
 // cp.async of chunk `lc` (of this CTA's range) into `stage` by issuer `tid` of ISSUERS; one commit
 // group per call. A warp covers 8 rows x 4 consecutive 16-byte pieces per instruction: 64-byte runs
 // in global memory, 512 contiguous bytes in shared memory.
 __device__ __forceinline__ void issue_chunk(const Tile& tile, u8* stage, int lc, int tid) {
     const int k0 = (tile.chunk_begin + lc) * KC;
     const u32 a_dst = smem_addr(stage), bq_dst = a_dst + A_STAGE, bs_dst = bq_dst + BQ_STAGE;
-    constexpr int A_PIECES = AS_ROWS * KC / 8;
+    constexpr int A_PIECES = CN > 1 ? 0 : BM * KC / 8;  // (CN > 1: issue_a_slab)
 #pragma unroll COPY_UNROLL
     for (int p0 = 0; p0 < A_PIECES; p0 += ISSUERS) {
         const int p = p0 + tid;
-        const int q = p >> 5, kg = (q / (AS_ROWS / 8)) * 4 + ((p >> 3) & 3), row = (q % (AS_ROWS / 8)) * 8 + (p & 7);
-        const int gm = tile.m0 + tile.a_row0 + row, k = k0 + kg * 8;
+        const int kg = a_piece_k8(p), row = a_piece_row(p), gm = tile.m0 + row, k = k0 + kg * 8;
         const bool valid = gm < tile.m_size && k < GK;
         if (A_PIECES % ISSUERS == 0 || p < A_PIECES)
-            cp_async16(a_dst + (kg * AS_ROWS + row) * 16, valid ? tile.a + (size_t)gm * GK + k : tile.a, valid);
+            cp_async16(a_dst + (kg * BM + row) * 16, valid ? tile.a + (size_t)gm * GK + k : tile.a, valid);
     }
     constexpr int B_PIECES = BN * NB;
 #pragma unroll COPY_UNROLL
@@ -235,7 +241,6 @@ __device__ __forceinline__ bool convert_b_block(const u8* stage, u8* b_op, int n
 // Lanes 0-7 of an A task read 8 consecutive 16-byte rows: conflict-free.
 constexpr int A_TASKS = AS_ROWS / 8 * NB;
 constexpr int CONVERT_WARPS = CONVERTERS / 32;
-[[maybe_unused]] constexpr int A_WRITER_WARPS = A_TASKS < CONVERT_WARPS ? A_TASKS : CONVERT_WARPS;
 
 // Cluster rank of the CTA with N rank q (of CN) in split `split`: cluster dims (CN, SPLITK, 1).
 __device__ __forceinline__ u32 peer_rank(int q, int split) { return (u32)(q + CN * split); }
@@ -245,24 +250,45 @@ __device__ __forceinline__ void st_cluster_u4(u32 local_addr, u32 rank, uint4 v)
                  :: "r"(cluster_addr(local_addr, rank)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
-// This CTA's AS_ROWS rows of A for the chunk. CN == 1: quantized in place (the stage is the wgmma
-// operand). CN > 1: written into the A operand slot `a_op` of every CTA of the N group, this one
-// included, at this CTA's row offset: each CTA quantizes 1/CN of the rows all of them multiply.
-__device__ __forceinline__ void quantize_a_chunk(u8* stage, u32 a_op, int n_rank, int split, int warp, int lane) {
+// CN == 1: the chunk's A quantized in place in the stage (it is the wgmma operand).
+__device__ __forceinline__ void quantize_a_chunk(u8* stage, int warp, int lane) {
 #pragma unroll
     for (int i = 0; i < (A_TASKS + CONVERT_WARPS - 1) / CONVERT_WARPS; ++i) {
         const int task = warp + i * CONVERT_WARPS;  // warp-uniform: the shuffles need the whole warp
         if (A_TASKS % CONVERT_WARPS != 0 && task >= A_TASKS) continue;
-        const int r = (task % (AS_ROWS / 8)) * 8 + (lane & 7), kg = 4 * (task / (AS_ROWS / 8)) + (lane >> 3);
-        uint4* const piece = reinterpret_cast<uint4*>(stage + (kg * AS_ROWS + r) * 16);
+        const int r = (task % (BM / 8)) * 8 + (lane & 7), kg = 4 * (task / (BM / 8)) + (lane >> 3);
+        uint4* const piece = reinterpret_cast<uint4*>(stage + (kg * BM + r) * 16);
+        *piece = quantize_a_piece(*piece);
+    }
+}
+
+// CN > 1: this CTA's AS_ROWS rows of A over its whole K range, copied by the converting threads
+// straight into their places in the slab (chunk c's operand at c * AOP_BYTES; rows a_row0 on).
+__device__ __forceinline__ void issue_a_slab(const Tile& tile, u32 slab, int chunks, int tid) {
+    constexpr int PER_CHUNK = AS_ROWS * KC / 8;
+#pragma unroll 4
+    for (int p = tid; p < chunks * PER_CHUNK; p += CONVERTERS) {
+        const int c = p / PER_CHUNK, q = p % PER_CHUNK, kg = a_piece_k8(q), row = tile.a_row0 + a_piece_row(q);
+        const int gm = tile.m0 + row, k = (tile.chunk_begin + c) * KC + kg * 8;
+        const bool valid = gm < tile.m_size && k < GK;
+        cp_async16(slab + c * AOP_BYTES + (kg * BM + row) * 16, valid ? tile.a + (size_t)gm * GK + k : tile.a, valid);
+    }
+    cp_async_commit();
+}
+
+// CN > 1: this CTA's rows of the slab quantized in place and copied into the same place in every
+// peer's slab, so each CTA quantizes 1/CN of the rows all of them multiply.
+__device__ __forceinline__ void quantize_a_slab(u8* slab, int chunks, int n_rank, int split, int warp, int lane) {
+#pragma unroll 1
+    for (int task = warp; task < chunks * A_TASKS; task += CONVERT_WARPS) {  // warp-uniform
+        const int c = task / A_TASKS, t = task % A_TASKS;
+        const int r = n_rank * AS_ROWS + (t % (AS_ROWS / 8)) * 8 + (lane & 7), kg = 4 * (t / (AS_ROWS / 8)) + (lane >> 3);
+        uint4* const piece = reinterpret_cast<uint4*>(slab + c * AOP_BYTES + (kg * BM + r) * 16);
         const uint4 q = quantize_a_piece(*piece);
-        if (CN == 1) {
-            *piece = q;
-        } else {
-            const u32 dst = a_op + (kg * BM + n_rank * AS_ROWS + r) * 16;
+        *piece = q;
 #pragma unroll
-            for (int peer = 0; peer < CN; ++peer) st_cluster_u4(dst, peer_rank(peer, split), q);
-        }
+        for (int peer = 0; peer < CN; ++peer)
+            if (peer != n_rank) st_cluster_u4(smem_addr(piece), peer_rank(peer, split), q);
     }
 }
 
@@ -359,7 +385,7 @@ __device__ __forceinline__ void proxy_fence() {
 // CN == 1: A quantized in place in the stage, this warpgroup's B rows converted, both fenced for
 // the wgmmas. Returns whether a B scale byte was below the folded range.
 __device__ __forceinline__ bool convert_chunk(const Tile& tile, u8* stage, u8* b_op, int lc, int tid, int warp, int lane) {
-    quantize_a_chunk(stage, 0, 0, 0, warp, lane);
+    quantize_a_chunk(stage, warp, lane);
     const bool low = convert_b_chunk(tile, stage, b_op, lc, tid);
     proxy_fence();
     return low;
@@ -391,7 +417,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
     extern __shared__ __align__(128) u8 smem[];
     u8* const b_ops = smem + STAGES * STAGE_BYTES;
 #if CN > 1
-    u8* const a_ops = b_ops + 2 * BOP_BYTES;
+    u8* const slab = b_ops + 2 * BOP_BYTES;
 #endif
     // The warp index through a shuffle: ptxas then knows the roles below are warp-uniform and keeps
     // the wgmmas of the converting warps asynchronous (else: C7518, serialized wgmmas).
@@ -425,14 +451,15 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
     // when their copies land; the converting warpgroups wait on `full`, convert, and issue the
     // chunk's wgmmas.
     // CN == 1: A is quantized in place in the stage, so the stage is free once the chunk's MMAs are
-    // done (released one chunk later), and one named barrier over the converters publishes A.
-    // CN > 1: the quantized A goes to a separate ring of A_SLOTS operand slots in every CTA of the
-    // N group; `a_ready[slot]` counts the writers of all CN CTAs (remote arrivals, release/acquire
-    // at cluster scope), `a_free[slot]` the warps of all CN CTAs whose MMAs read the slot; the
-    // stage is free right after the conversion; a warpgroup barrier publishes its own B rows.
+    // done (released one chunk later); one named barrier over the converters publishes A.
+    // CN > 1: before the chunks, the CTAs of the N group build one A slab for their whole K range:
+    // each copies and quantizes 1/CN of the rows and writes them into every peer's slab; `a_ready`
+    // counts every converting thread of the group (remote arrivals; cluster-scope release/acquire).
+    // The ring then holds B only (free right after the conversion), and a warpgroup barrier
+    // publishes the warpgroup's own B rows.
     __shared__ unsigned long long full[STAGES], empty[STAGES];
 #if CN > 1
-    __shared__ unsigned long long a_ready[A_SLOTS], a_free[A_SLOTS];
+    __shared__ unsigned long long a_ready;
 #endif
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -440,10 +467,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
             mbar_init(&empty[s], CONVERTERS);
         }
 #if CN > 1
-        for (int s = 0; s < A_SLOTS; ++s) {
-            mbar_init(&a_ready[s], CN * A_WRITER_WARPS * 32);
-            mbar_init(&a_free[s], CN * CONVERT_WARPS);
-        }
+        mbar_init(&a_ready, CN * CONVERTERS);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #endif
     }
@@ -452,7 +476,9 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
 #else
     __syncthreads();
 #endif
+#if CN == 1
     MARK(1);
+#endif
     if (!converts) {
 #pragma unroll 1
         for (int lc = 0; lc < chunks; ++lc) {
@@ -463,48 +489,37 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
         }
     } else {
 #if CN > 1
-        // A of chunk c: wait for its copies and its slot, quantize this CTA's rows into every peer,
-        // publish. Sent one chunk ahead, so the exchange overlaps a chunk's B conversion and MMAs.
-        auto send_a = [&](int c) {
-            const int cs = c % STAGES, slot = c % A_SLOTS;
-            mbar_wait(&full[cs], (c / STAGES) & 1);
-            if (c >= A_SLOTS) mbar_wait_cluster(&a_free[slot], (c / A_SLOTS - 1) & 1);
-            quantize_a_chunk(smem + cs * STAGE_BYTES, smem_addr(a_ops + slot * AOP_BYTES), n_rank, split, warp, lane);
-            if (warp < A_WRITER_WARPS) {
-                asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");  // for the peers' wgmmas
-                asm volatile("fence.acq_rel.cluster;\n" ::: "memory");  // releases the stores above
+        issue_a_slab(tile, smem_addr(slab), chunks, tid);
+        cp_async_wait<0>();
+        converters_sync();  // this CTA's rows have landed
+        quantize_a_slab(slab, chunks, n_rank, split, warp, lane);
+        proxy_fence();  // this CTA's own rows, for its wgmmas
+        asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");  // the peers' rows, for theirs
+        asm volatile("fence.acq_rel.cluster;\n" ::: "memory");  // releases the stores above
 #pragma unroll
-                for (int peer = 0; peer < CN; ++peer) mbar_arrive_remote(&a_ready[slot], peer_rank(peer, split));
-            }
-        };
-        if (chunks > 0) send_a(0);
+        for (int peer = 0; peer < CN; ++peer) mbar_arrive_remote(&a_ready, peer_rank(peer, split));
+        mbar_wait_cluster(&a_ready, 0);
+        proxy_fence();
+        MARK(1);
 #endif
 #pragma unroll 1
         for (int lc = 0; lc < chunks; ++lc) {
             const int s = lc % STAGES;
-#if CN > 1
-            if (lc + 1 < chunks) send_a(lc + 1);  // (also waited for this chunk's copies, one call ago)
-#else
             mbar_wait(&full[s], (lc / STAGES) & 1);
-#endif
 #if TIMELINE
             if (lc < TL_CHUNKS) MARK(2 + 3 * lc);
 #endif
             u8* const stage = smem + s * STAGE_BYTES;
             u8* const b_op = b_ops + (lc & 1) * BOP_BYTES;
 #if CN > 1
-            const int slot = lc % A_SLOTS;
-            u8* const a_op = a_ops + slot * AOP_BYTES;
             b_scale_low |= convert_b_chunk(tile, stage, b_op, lc, tid);
-            mbar_arrive(&empty[s]);  // the raw A slice (one call of send_a ago) and the B codes are consumed
-            proxy_fence();
-            mbar_wait_cluster(&a_ready[slot], (lc / A_SLOTS) & 1);
+            mbar_arrive(&empty[s]);  // the stage holds only B codes and scales
             proxy_fence();
 #if TIMELINE
             if (lc < TL_CHUNKS) MARK(3 + 3 * lc);
 #endif
             warpgroup_sync(warp >> 2);
-            const u32 a_desc_base = smem_addr(a_op);
+            const u32 a_desc_base = smem_addr(slab + lc * AOP_BYTES);
 #else
             b_scale_low |= convert_chunk(tile, stage, b_op, lc, tid, warp, lane);
 #if TIMELINE
@@ -515,11 +530,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
 #endif
             issue_chunk_mmas(acc, smem_addr(b_op), a_desc_base, wg_row0);
             wgmma_wait<1>();  // chunk lc-1's MMAs are done
-#if CN > 1
-            if (lc > 0 && lane == 0)  // (no data to release: the MMAs that read the slot are done)
-#pragma unroll
-                for (int peer = 0; peer < CN; ++peer) mbar_arrive_remote(&a_free[(lc - 1) % A_SLOTS], peer_rank(peer, split));
-#else
+#if CN == 1
             if (lc > 0) mbar_arrive(&empty[(lc - 1) % STAGES]);
 #endif
 #if TIMELINE

@@ -61,7 +61,7 @@ def chunks_per_warp(k: int, plan: Plan) -> int:
 
 def smem_bytes(m: int, n: int, k: int, plan) -> int:
     if isinstance(plan, PipePlan):
-        return pipe_smem_bytes(plan)
+        return pipe_smem_bytes(plan, k)
     threads = plan.wn * plan.wk * 32
     ch_max = -(-chunks(k) // plan.split_k)
     chw = chunks_per_warp(k, plan)
@@ -230,21 +230,30 @@ def pipe_chunks(k: int, plan: PipePlan) -> int:
     return -(-k // plan.kc)
 
 
-def pipe_smem_bytes(plan: PipePlan) -> int:
+def pipe_smem_bytes(plan: PipePlan, k: int = 0) -> int:
     """max(copy ring + two B operand buffers, the fp32 partial tile): the kernel's layout."""
     blocks = plan.kc // 32
-    stage = plan.bm // plan.cn * plan.kc * 2 + plan.bn * plan.kc // 2 + plan.bn // 32 * blocks * 64
-    a_slots = PIPE_A_SLOTS * plan.bm * plan.kc * 2 if plan.cn > 1 else 0
-    return max(plan.stages * stage + 2 * plan.bn * plan.kc * 2 + a_slots, plan.bm * (plan.bn + 4) * 4)
+    a_chunk = plan.bm * plan.kc * 2  # one chunk of the A operand
+    # cn > 1: A is not in the ring but in a slab covering the longest K range
+    stage = (0 if plan.cn > 1 else a_chunk) + plan.bn * plan.kc // 2 + plan.bn // 32 * blocks * 64
+    if plan.cn > 1 and k <= 0:
+        raise ValueError("pipe_smem_bytes: a plan with cn > 1 needs K (its A slab covers a K range)")
+    slab = -(-pipe_chunks(k, plan) // plan.split_k) * a_chunk if plan.cn > 1 else 0
+    return max(plan.stages * stage + 2 * plan.bn * plan.kc * 2 + slab, plan.bm * (plan.bn + 4) * 4)
 
 
 # Registers per thread besides the bm/2 fp32 accumulators (nvcc 13 -Xptxas -v: 60-110 across the
 # offered plans); a plan must leave them under the per-thread share of the 64K register file.
 # `test_every_offered_pipe_plan_builds_without_spills` checks the offered plans against ptxas.
 PIPE_OTHER_REGISTERS = 88
-# Static shared memory of the warp-specialized mode: two mbarriers per stage (and per A slot).
-PIPE_BARRIER_BYTES = 16
-PIPE_A_SLOTS = 3  # cn > 1: the kernel's ring of quantized A operands (A_SLOTS)
+
+
+def pipe_static_smem_bytes(plan: PipePlan) -> int:
+    """Static shared memory of the warp-specialized mode: two mbarriers per stage and one for the A
+    slab, in the 128-byte granules ptxas reports (-Xptxas -v: 128 for 4 stages, 256 for 9-12)."""
+    return -(-8 * (2 * plan.stages + 1) // 128) * 128 if plan.cw else 0
+
+
 PIPE_CNS = (1, 2, 4, 8)  # CTAs along N sharing one quantized A (a cluster of cn x split_k <= 8)
 
 
@@ -258,7 +267,7 @@ def pipe_is_valid(m: int, n: int, k: int, plan) -> bool:
                                                            and plan.cn * plan.split_k <= 8))
             and 1 <= plan.split_k <= min(8, pipe_chunks(k, plan))
             and plan.bm // 2 + PIPE_OTHER_REGISTERS <= min(255, 65536 // threads)
-            and pipe_smem_bytes(plan) + (PIPE_BARRIER_BYTES * (plan.stages + PIPE_A_SLOTS) if plan.cw else 0) <= MAX_SMEM)
+            and pipe_smem_bytes(plan, k) + pipe_static_smem_bytes(plan) <= MAX_SMEM)
 
 
 def pipe_cost(m: int, n: int, k: int, plan: PipePlan, compute_units: int = 132) -> float:
@@ -282,7 +291,7 @@ def pipe_deep_stages(k: int, plan: PipePlan) -> int:
     bench shapes (notes/cuda.md, v9.1)."""
     chunks_per_cta = -(-pipe_chunks(k, plan) // plan.split_k)
     stages = min(PIPE_MAX_STAGES, max(3, chunks_per_cta + 2))
-    while stages > 3 and pipe_smem_bytes(plan._replace(stages=stages)) > MAX_SMEM:
+    while stages > 3 and pipe_smem_bytes(plan._replace(stages=stages), k) > MAX_SMEM:
         stages -= 1
     return stages
 
