@@ -48,3 +48,46 @@ def test_readme_lists_every_tool():
     assert tools_section, "README.md has no '## Tools' section"
     missing = [p.name for p in TOOLS if f"tools/{p.name}" not in tools_section.group(1)]
     assert missing == []
+
+
+def _sass_diff():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import sass_diff
+    return sass_diff
+
+
+def test_sass_diff_keeps_every_instruction_and_drops_addresses_and_encodings():
+    listing = """
+        code for sm_90a
+                Function : mxfp4_gemm_pipe
+        .headerflags    @"EF_CUDA_SM90 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)"
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                          /* 0x00000a00ff017b82 */
+                                                                                   /* 0x000fe20000000800 */
+        /*0010*/              @!P0 BRA 0x1a20 ;                                    /* 0x0000001400388947 */
+                                                                                   /* 0x000fea0003800000 */
+"""
+    assert _sass_diff().instructions(listing) == ["LDC R1, c[0x0][0x28] ;", "@!P0 BRA 0x1a20 ;"]
+
+
+def test_sass_diff_tells_identical_builds_from_changed_ones(tmp_path):
+    import shutil as _shutil
+    if _shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    sass_diff = _sass_diff()
+    kernels = ROOT / "mxfp4_mm" / "kernels"
+    before, after = tmp_path / "before", tmp_path / "after"
+    before.mkdir()
+    after.mkdir()
+    for path in kernels.iterdir():
+        if path.suffix in (".cu", ".h"):
+            (before / path.name).write_text(path.read_text())
+            (after / path.name).write_text(path.read_text())
+    changed = after / "mxfp4_gemm_sm90_pipe.cu"
+    text = changed.read_text()
+    assert "constexpr int P_STRIDE = BN + 4;" in text
+    changed.write_text(text.replace("constexpr int P_STRIDE = BN + 4;", "constexpr int P_STRIDE = BN + 8;"))
+    options = ("-DGN=192", "-DGK=128", "-DBN=64", "-DBM=16", "-DSPLITK=1", "-DKC=64", "-DSTAGES=3")
+    (_, _, _, old, new), = sass_diff.compare_builds(before, before, [("mxfp4_gemm_sm90_pipe.cu", options, "sm_90a")], jobs=1)
+    assert old == new and len(old) > 200
+    (_, _, _, old, new), = sass_diff.compare_builds(before, after, [("mxfp4_gemm_sm90_pipe.cu", options, "sm_90a")], jobs=1)
+    assert old != new
