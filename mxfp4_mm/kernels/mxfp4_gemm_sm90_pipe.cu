@@ -8,11 +8,12 @@
 // K range with no per-block epilogue.
 //
 // Shared memory, per K chunk of KC values (KC/32 scale blocks):
-//   stage ring (STAGES slots, filled by cp.async, STAGES-2 chunks ahead of the one converted):
-//     A  [k8 group][m] x 16 B: raw bf16, quantized in place into the wgmma operand
+//   stage ring (STAGES slots, filled by cp.async ahead of the chunk converted):
+//     A  [k8 group][m] x 16 B: raw bf16, quantized in place into the wgmma operand (CN == 1)
 //     Bq [block][n] x 16 B: the packed codes of one 32-block of one row of B
 //     Bs per (32-row group, block): the 64 bytes of the shuffled scale tensor holding its bytes
 //   B operand, double-buffered: [k8 group][n] x 16 B bf16, converted from Bq and Bs.
+//   CN > 1: the A slab, every chunk of the CTA's K range side by side in the stage's A layout.
 // Both operands are K-major core matrices without swizzle (8 rows x 16 B; LBO = rows * 16 bytes
 // between the two k8 halves of a k16 step, SBO = 128 bytes between 8-row groups).
 // A B block (one row, 16 bytes of codes) belongs to one thread and becomes 4 pieces of its
