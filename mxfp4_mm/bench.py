@@ -91,6 +91,15 @@ def reference(data):
     return spec.reference_gemm(a, b_q, spec.e8m0_unshuffle(b_scale_sh, b_q.shape[0], a.shape[1] // 32))
 
 
+def with_huge_a_block(data):
+    """The inputs with A's last row's first 32-block scaled by 2^70: a block exponent the cuda
+    kernels' folded-scale path cannot hold, so it takes their exact fallback. Judge the result with
+    `blockwise_exact_reference`: on such data the fp32 `reference` depends on the summation order."""
+    a = data[0].clone()
+    a[a.shape[0] - 1, :32] *= 2.0 ** 70
+    return (a,) + tuple(data[1:])
+
+
 def blockwise_exact_reference(data, n_chunk=512):
     """bf16 C from the exact sum of the dequantized products: each 32-block's dot product in float64
     (exact: its terms are e2m1 x e2m1 x one power of two), then the block sums in float64. Unlike

@@ -174,9 +174,9 @@ def test_fold_header_keeps_the_old_kernel_and_is_shared():
         assert '#include "mxfp4_fold_sm90.h"' in (kernels / source).read_text()
 
 
-def _ptxas_report(n, k, plan, out_dir):
+def _ptxas_report(n, k, plan, out_dir, extra=()):
     source = Path(cuda.__file__).parent.parent / "kernels" / cuda.PIPE_SOURCE
-    built = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-Xptxas", "-v", "-std=c++17",
+    built = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-Xptxas", "-v", "-std=c++17", *extra,
                             *cuda.compile_options(n, k, plan), "-o", str(out_dir / f"{n}_{k}_{cuda.plan_label(plan)}.cubin"),
                             str(source)], capture_output=True, text=True)
     return plan, built.returncode, built.stdout + built.stderr
@@ -314,10 +314,7 @@ HUGE_BLOCK_SHAPE = (5, 2112, 7168)
 
 def _huge_block_inputs(device):
     m, n, k = HUGE_BLOCK_SHAPE
-    data = list(bench.generate_input(m, n, k, seed=m * 131 + n * 7 + k, device=device))
-    data[0] = data[0].clone()
-    data[0][m - 1, :32] *= 2.0 ** 70
-    return tuple(data)
+    return bench.with_huge_a_block(bench.generate_input(m, n, k, seed=m * 131 + n * 7 + k, device=device))
 
 
 def test_the_fp32_reference_is_order_dependent_on_the_huge_block_input():
@@ -358,11 +355,8 @@ def test_timeline_builds_compile(plan, tmp_path):
     """The -DTIMELINE=1 experiment builds (tools/cuda_lab.py timeline) compile in both copy modes."""
     if shutil.which("nvcc") is None:
         pytest.skip("no nvcc")
-    source = Path(cuda.__file__).parent.parent / "kernels" / cuda.PIPE_SOURCE
-    built = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-std=c++17", "-DTIMELINE=1",
-                            *cuda.compile_options(7168, 2048, plan), "-o", str(tmp_path / "t.cubin"), str(source)],
-                           capture_output=True, text=True)
-    assert built.returncode == 0, built.stderr[-2000:]
+    _, code, report = _ptxas_report(7168, 2048, plan, tmp_path, ("-DTIMELINE=1",))
+    assert code == 0, report[-2000:]
 
 
 def test_shared_a_plans_hold_an_a_slab_for_the_longest_k_range():

@@ -25,8 +25,9 @@ WGMMA_BMS = (16, 32, 64, 128)  # the wgmma N sizes kernels/wgmma_sm90a.h provide
 # v9 (kernels/mxfp4_gemm_sm90_pipe.cu, sm_90a only). kind: always "pipe" (a table entry is a plain
 # tuple; its first field tells the two plan types apart); bn: rows of N per CTA (64 per warpgroup);
 # bm: rows of M per CTA (the wgmma n); split_k: CTAs along K (one cluster); kc: K per pipeline
-# chunk; stages: slots of the copy ring (chunks are copied stages - 2 ahead; enough stages copy
-# a CTA's whole K range up front); cw: warps that only issue the copies (0: every thread does).
+# chunk; stages: slots of the copy ring (chunks are copied stages - 2 ahead, or stages ahead with
+# copy warps; enough stages copy a CTA's whole K range up front); cw: warps after the warpgroups that
+# only issue the copies (0: every thread does); cn: CTAs along N sharing one A slab (needs cw).
 PipePlan = collections.namedtuple("PipePlan", "kind bn bm split_k kc stages cw cn", defaults=(64, 4, 0, 1))
 PIPE = "pipe"
 PIPE_BNS = (64, 128, 192, 256)
@@ -231,7 +232,8 @@ def pipe_chunks(k: int, plan: PipePlan) -> int:
 
 
 def pipe_smem_bytes(plan: PipePlan, k: int = 0) -> int:
-    """max(copy ring + two B operand buffers, the fp32 partial tile): the kernel's layout."""
+    """max(copy ring + two B operand buffers (+ the A slab where cn > 1), the fp32 partial tile): the
+    kernel's layout."""
     blocks = plan.kc // 32
     a_chunk = plan.bm * plan.kc * 2  # one chunk of the A operand
     # cn > 1: A is not in the ring but in a slab covering the longest K range
@@ -272,9 +274,9 @@ def pipe_is_valid(m: int, n: int, k: int, plan) -> bool:
 
 def pipe_cost(m: int, n: int, k: int, plan: PipePlan, compute_units: int = 132) -> float:
     """Rough cycles: waves of CTAs times a CTA's time, the larger of its conversion issue (A
-    quantization ~6 per element of its 1/cn of the rows, B conversion ~3 thread instructions per
-    element, over 4 schedulers) and
-    its MMAs (~2048 MAC per cycle), plus a first-copy latency and the split-K reduction."""
+    quantization ~6 thread instructions per element of its 1/cn of the rows, B conversion ~3 per
+    element, over 4 schedulers) and its MMAs (~2048 MAC per cycle), plus a first-copy latency and
+    the split-K reduction."""
     ctas = 1
     for d in grid(m, n, plan):
         ctas *= d
