@@ -134,6 +134,10 @@ __device__ __forceinline__ u32 cluster_addr(u32 local_addr, u32 rank) {
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local_addr), "r"(rank));
     return remote;
 }
+__device__ __forceinline__ void st_cluster_u4(u32 local_addr, u32 rank, uint4 v) {
+    asm volatile("st.shared::cluster.v4.u32 [%0], {%1,%2,%3,%4};\n"
+                 :: "r"(cluster_addr(local_addr, rank)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
 __device__ __forceinline__ float4 ld_cluster_f4(u32 local_addr, u32 rank) {
     float4 v;
     asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n"

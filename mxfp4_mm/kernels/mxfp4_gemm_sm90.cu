@@ -353,10 +353,6 @@ __device__ __forceinline__ int b_piece_slot(int tid) {
 
 #if CN > 1
 // v5: a 1-D cluster of CN * SPLITK CTAs along x; rank = n_rank * SPLITK + split.
-__device__ __forceinline__ void st_cluster_u4(u32 local_addr, u32 rank, uint4 v) {
-    asm volatile("st.shared::cluster.v4.u32 [%0], {%1,%2,%3,%4};\n"
-                 :: "r"(cluster_addr(local_addr, rank)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
 #define CLUSTER_ATTR __cluster_dims__(CN * SPLITK, 1, 1)
 constexpr int CLUSTER = CN * SPLITK;
 __device__ __forceinline__ int cta_split() { return (int)(blockIdx.x % CLUSTER) % SPLITK; }

@@ -246,11 +246,6 @@ constexpr int CONVERT_WARPS = CONVERTERS / 32;
 // Cluster rank of the CTA with N rank q (of CN) in split `split`: cluster dims (CN, SPLITK, 1).
 __device__ __forceinline__ u32 peer_rank(int q, int split) { return (u32)(q + CN * split); }
 
-__device__ __forceinline__ void st_cluster_u4(u32 local_addr, u32 rank, uint4 v) {
-    asm volatile("st.shared::cluster.v4.u32 [%0], {%1,%2,%3,%4};\n"
-                 :: "r"(cluster_addr(local_addr, rank)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
-
 // CN == 1: the chunk's A quantized in place in the stage (it is the wgmma operand).
 __device__ __forceinline__ void quantize_a_chunk(u8* stage, int warp, int lane) {
 #pragma unroll
