@@ -194,6 +194,7 @@ def test_every_offered_pipe_plan_builds_without_spills(tmp_path):
         assert code == 0, report[-2000:]
         assert report.count("0 bytes spill stores") == report.count("spill stores"), report
         assert "C7518" not in report, (plan, report)  # wgmmas serialized by a divergent path
+        assert "C7515" not in report, (plan, report)  # wgmmas serialized by accumulator writes between them
         registers = int(re.search(r"Used (\d+) registers", report.split("function 'mxfp4_gemm_pipe'")[-1]).group(1))
         assert registers <= min(255, 65536 // cuda.pipe_threads(plan)), (plan, registers)
 

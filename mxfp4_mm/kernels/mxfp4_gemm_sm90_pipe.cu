@@ -43,9 +43,12 @@
 // BM (rows of M per CTA: the wgmma n), SPLITK (CTAs along K), KC (K per chunk: 64 or 128),
 // STAGES (stage ring slots, >= 3), COPY_WARPS (warps that only issue copies; 0: every thread),
 // CN (CTAs along N sharing A's quantization through the cluster: one A slab for the CTA's K range,
-// 1/CN of its rows quantized by each; needs COPY_WARPS > 0).
+// 1/CN of its rows quantized by each; needs COPY_WARPS > 0), A_SEGMENTS (the slab is exchanged in
+// up to this many segments, each one segment ahead of the MMAs; 1 = all before the first MMA).
 // Experiments: TIMELINE=1 (thread 0 records phase marks into C instead of the result),
-// FENCE_GPU=1 (the GPU-scoped proxy fence of the first version, for A/B timing).
+// FENCE_GPU=1 (the GPU-scoped proxy fence of the first version, for A/B timing),
+// A_PREQUANT=1 (CN == 1: A's quantization left out, results wrong: what a design that
+// quantizes A once per call, not once per N tile, would cost per CTA; timing only).
 
 #ifndef GN
 #define GN 256
@@ -72,8 +75,14 @@
 #ifndef CN
 #define CN 1
 #endif
+#ifndef A_SEGMENTS
+#define A_SEGMENTS 4
+#endif
 #ifndef TIMELINE
 #define TIMELINE 0
+#endif
+#ifndef A_PREQUANT
+#define A_PREQUANT 0
 #endif
 #ifndef FENCE_GPU
 #define FENCE_GPU 0
@@ -121,6 +130,7 @@ static_assert(STAGES >= 3, "STAGES: a stage is refilled two chunks after its MMA
 static_assert(COPY_WARPS >= 0 && COPY_WARPS <= 2, "COPY_WARPS");
 static_assert(SPLITK >= 1 && SPLITK <= 8 && SPLITK <= NCHUNK, "SPLITK");
 static_assert(CN == 1 || (COPY_WARPS > 0 && AS_ROWS % 8 == 0 && CN * SPLITK <= 8), "CN: copy warps, 8-row slices, cluster <= 8");
+static_assert(A_SEGMENTS >= 1 && A_SEGMENTS <= 4, "A_SEGMENTS");
 
 #if CN > 1
 #define CLUSTER_ATTR __cluster_dims__(CN, SPLITK, 1)
@@ -260,23 +270,22 @@ __device__ __forceinline__ void quantize_a_chunk(u8* stage, int warp, int lane) 
 
 // CN > 1: this CTA's AS_ROWS rows of A over its whole K range, copied by the converting threads
 // straight into their places in the slab (chunk c's operand at c * AOP_BYTES; rows a_row0 on).
-__device__ __forceinline__ void issue_a_slab(const Tile& tile, u32 slab, int chunks, int tid) {
+__device__ __forceinline__ void issue_a_slab(const Tile& tile, u32 slab, int c_begin, int c_end, int tid) {
     constexpr int PER_CHUNK = AS_ROWS * KC / 8;
 #pragma unroll 4
-    for (int p = tid; p < chunks * PER_CHUNK; p += CONVERTERS) {
+    for (int p = c_begin * PER_CHUNK + tid; p < c_end * PER_CHUNK; p += CONVERTERS) {
         const int c = p / PER_CHUNK, q = p % PER_CHUNK, kg = a_piece_k8(q), row = tile.a_row0 + a_piece_row(q);
         const int gm = tile.m0 + row, k = (tile.chunk_begin + c) * KC + kg * 8;
         const bool valid = gm < tile.m_size && k < GK;
         cp_async16(slab + c * AOP_BYTES + (kg * BM + row) * 16, valid ? tile.a + (size_t)gm * GK + k : tile.a, valid);
     }
-    cp_async_commit();
 }
 
 // CN > 1: this CTA's rows of the slab quantized in place and copied into the same place in every
 // peer's slab, so each CTA quantizes 1/CN of the rows all of them multiply.
-__device__ __forceinline__ void quantize_a_slab(u8* slab, int chunks, int n_rank, int split, int warp, int lane) {
+__device__ __forceinline__ void quantize_a_slab(u8* slab, int c_begin, int c_end, int n_rank, int split, int warp, int lane) {
 #pragma unroll 1
-    for (int task = warp; task < chunks * A_TASKS; task += CONVERT_WARPS) {  // warp-uniform
+    for (int task = c_begin * A_TASKS + warp; task < c_end * A_TASKS; task += CONVERT_WARPS) {  // warp-uniform
         const int c = task / A_TASKS, t = task % A_TASKS;
         const int r = n_rank * AS_ROWS + (t % (AS_ROWS / 8)) * 8 + (lane & 7), kg = 4 * (t / (AS_ROWS / 8)) + (lane >> 3);
         uint4* const piece = reinterpret_cast<uint4*>(slab + c * AOP_BYTES + (kg * BM + r) * 16);
@@ -381,7 +390,9 @@ __device__ __forceinline__ void proxy_fence() {
 // CN == 1: A quantized in place in the stage, this warpgroup's B rows converted, both fenced for
 // the wgmmas. Returns whether a B scale byte was below the folded range.
 __device__ __forceinline__ bool convert_chunk(const Tile& tile, u8* stage, u8* b_op, int lc, int tid, int warp, int lane) {
+#if !A_PREQUANT
     quantize_a_chunk(stage, warp, lane);
+#endif
     const bool low = convert_b_chunk(tile, stage, b_op, lc, tid);
     proxy_fence();
     return low;
@@ -439,6 +450,11 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
     for (int j = 0; j < BM / 8; ++j)
 #pragma unroll
         for (int q = 0; q < 4; ++q) acc[j][q] = 0.f;
+#if COPY_WARPS && SPLITK == 1
+    // Pins the zeroing here: otherwise ptxas sinks it into the chunk loop and serializes every
+    // wgmma (advisory C7515) in these builds.
+    wgmma_keep(acc);
+#endif
     bool b_scale_low = false;
     const int wg_row0 = (warp >> 2) * 64;  // this warpgroup's 64 rows of the B operand
 #if COPY_WARPS
@@ -448,14 +464,19 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
     // chunk's wgmmas.
     // CN == 1: A is quantized in place in the stage, so the stage is free once the chunk's MMAs are
     // done (released one chunk later); one named barrier over the converters publishes A.
-    // CN > 1: before the chunks, the CTAs of the N group build one A slab for their whole K range:
-    // each copies and quantizes 1/CN of the rows and writes them into every peer's slab; `a_ready`
-    // counts every converting thread of the group (remote arrivals; cluster-scope release/acquire).
+    // CN > 1: the CTAs of the N group build one A slab for their whole K range: each copies (before
+    // any B copy) and quantizes 1/CN of the rows and writes them into every peer's slab, segment by
+    // segment; `a_ready[g]` counts every converting thread of the group (remote arrivals;
+    // cluster-scope release/acquire).
     // The ring then holds B only (free right after the conversion), and a warpgroup barrier
     // publishes the warpgroup's own B rows.
     __shared__ unsigned long long full[STAGES], empty[STAGES];
 #if CN > 1
-    __shared__ unsigned long long a_ready;
+    // The slab in A_SEGMENTS segments of whole chunks: segment g's rows have landed here
+    // (`a_landed[g]`) and every peer's rows have arrived (`a_ready[g]`).
+    __shared__ unsigned long long a_landed[A_SEGMENTS], a_ready[A_SEGMENTS];
+    const int seg_len = (chunks + A_SEGMENTS - 1) / A_SEGMENTS;
+    const int segments = seg_len ? (chunks + seg_len - 1) / seg_len : 0;
 #endif
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -463,16 +484,23 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
             mbar_init(&empty[s], CONVERTERS);
         }
 #if CN > 1
-        mbar_init(&a_ready, CN * CONVERTERS);
+        for (int g = 0; g < A_SEGMENTS; ++g) {
+            mbar_init(&a_landed[g], CONVERTERS);
+            mbar_init(&a_ready[g], CN * CONVERTERS);
+        }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #endif
     }
 #if CN > 1
     cluster_sync();  // every peer's barriers exist before the first remote arrival
+    if (converts)  // this CTA's rows of A first, a commit group per segment, before any B copy
+        for (int g = 0; g < segments; ++g) {
+            issue_a_slab(tile, smem_addr(slab), g * seg_len, min(chunks, (g + 1) * seg_len), tid);
+            mbar_arrive_on_copies(&a_landed[g]);
+        }
+    __syncthreads();
 #else
     __syncthreads();
-#endif
-#if CN == 1
     MARK(1);
 #endif
     if (!converts) {
@@ -485,22 +513,31 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
         }
     } else {
 #if CN > 1
-        issue_a_slab(tile, smem_addr(slab), chunks, tid);
-        cp_async_wait<0>();
-        converters_sync();  // this CTA's rows have landed
-        quantize_a_slab(slab, chunks, n_rank, split, warp, lane);
-        proxy_fence();  // this CTA's own rows, for its wgmmas
-        asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");  // the peers' rows, for theirs
-        asm volatile("fence.acq_rel.cluster;\n" ::: "memory");  // releases the stores above
+        // Segment g of the slab: wait for this CTA's rows, quantize them into every peer, publish.
+        // Segment g+1 is sent during the last chunk of segment g, so the exchange overlaps it.
+        auto send_segment = [&](int g) {
+            mbar_wait(&a_landed[g], 0);
+            quantize_a_slab(slab, g * seg_len, min(chunks, (g + 1) * seg_len), n_rank, split, warp, lane);
+            proxy_fence();  // this CTA's own rows, for its wgmmas
+            asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");  // the peers' rows, for theirs
+            asm volatile("fence.acq_rel.cluster;\n" ::: "memory");  // releases the stores above
 #pragma unroll
-        for (int peer = 0; peer < CN; ++peer) mbar_arrive_remote(&a_ready, peer_rank(peer, split));
-        mbar_wait_cluster(&a_ready, 0);
-        proxy_fence();
+            for (int peer = 0; peer < CN; ++peer) mbar_arrive_remote(&a_ready[g], peer_rank(peer, split));
+        };
+        if (segments > 0) send_segment(0);
         MARK(1);
 #endif
 #pragma unroll 1
         for (int lc = 0; lc < chunks; ++lc) {
             const int s = lc % STAGES;
+#if CN > 1
+            const int g = lc / seg_len;
+            if (lc == (g + 1) * seg_len - 1 && g + 1 < segments) send_segment(g + 1);
+            if (lc == g * seg_len) {
+                mbar_wait_cluster(&a_ready[g], 0);
+                proxy_fence();
+            }
+#endif
             mbar_wait(&full[s], (lc / STAGES) & 1);
 #if TIMELINE
             if (lc < TL_CHUNKS) MARK(2 + 3 * lc);

@@ -251,9 +251,9 @@ PIPE_OTHER_REGISTERS = 88
 
 
 def pipe_static_smem_bytes(plan: PipePlan) -> int:
-    """Static shared memory of the warp-specialized mode: two mbarriers per stage and one for the A
-    slab, in the 128-byte granules ptxas reports (-Xptxas -v: 128 for 4 stages, 256 for 9-12)."""
-    return -(-8 * (2 * plan.stages + 1) // 128) * 128 if plan.cw else 0
+    """Static shared memory of the warp-specialized mode: two mbarriers per stage and two per A slab
+    segment (at most 4), in the 128-byte granules ptxas reports (-Xptxas -v: 256 for 4-12 stages)."""
+    return -(-8 * (2 * plan.stages + 8) // 128) * 128 if plan.cw else 0
 
 
 PIPE_CNS = (1, 2, 4, 8)  # CTAs along N sharing one quantized A (a cluster of cn x split_k <= 8)
