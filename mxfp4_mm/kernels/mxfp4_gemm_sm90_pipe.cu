@@ -44,7 +44,8 @@
 // STAGES (stage ring slots, >= 3), COPY_WARPS (warps that only issue copies; 0: every thread),
 // CN (CTAs along N sharing A's quantization through the cluster: one A slab for the CTA's K range,
 // 1/CN of its rows quantized by each; needs COPY_WARPS > 0), A_SEGMENTS (the slab is exchanged in
-// up to this many segments, each one segment ahead of the MMAs; 1 = all before the first MMA).
+// up to this many segments, each one segment ahead of the MMAs; 1, the default and the fastest
+// measured, = all before the first MMA).
 // Experiments: TIMELINE=1 (thread 0 records phase marks into C instead of the result),
 // FENCE_GPU=1 (the GPU-scoped proxy fence of the first version, for A/B timing),
 // A_PREQUANT=1 (CN == 1: A's quantization left out, results wrong: what a design that
@@ -76,7 +77,7 @@
 #define CN 1
 #endif
 #ifndef A_SEGMENTS
-#define A_SEGMENTS 4
+#define A_SEGMENTS 1
 #endif
 #ifndef TIMELINE
 #define TIMELINE 0
