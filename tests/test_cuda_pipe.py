@@ -350,6 +350,18 @@ def test_huge_block_input_matches_the_exact_sum(plan):
     assert_harness_close(out.cpu(), bench.blockwise_exact_reference(data))
 
 
+@pytest.mark.parametrize("plan", [pipe(128, 16, 4, stages=16, cw=1, cn=2), pipe(64, 16, 3, stages=16, cw=1, cn=2),
+                                  pipe(128, 64, 2, kc=128, stages=3, cw=1, cn=4)])
+def test_shared_a_builds_do_not_serialize_wgmmas(plan, tmp_path):
+    """The shared-A (`cn`) plans are not offered, but the lab times them: no spills, no serialized wgmmas."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    _, code, report = _ptxas_report(2112, 7168, plan, tmp_path)
+    assert code == 0, report[-2000:]
+    assert report.count("0 bytes spill stores") == report.count("spill stores"), report
+    assert "C7515" not in report and "C7518" not in report, report
+
+
 @pytest.mark.parametrize("plan", [pipe(256, 64, 4, stages=9, cw=1), pipe(128, 16, 6, stages=16),
                                   pipe(128, 64, 2, stages=8, cw=1, cn=4)])
 def test_timeline_builds_compile(plan, tmp_path):

@@ -353,7 +353,8 @@ def parser():
     for name, (function, text) in commands.items():
         command = sub.add_parser(name, parents=[common], help=text, description=text)
         command.set_defaults(function=function)
-    sub.choices["timeline"].add_argument("--options", default="", help="more -D flags, space-separated")
+    sub.choices["timeline"].add_argument("--options", default="",
+                                         help="more -D flags, space-separated; write --options=-DX=1 (with '=')")
     sub.choices["timeline"].add_argument("--flush", choices=("harness", "none"), default="harness")
     sub.choices["timeline"].add_argument("--clock-ghz", type=float, default=1.98, help="SM clock for clock64 deltas")
     sub.choices["timeline"].set_defaults(reps=5)
@@ -366,7 +367,7 @@ def parser():
                                      help="also the first plan as the first version ran it (v9.0: and fence-fixed)")
     sub.choices["once"].add_argument("shape", help="M,N,K")
     sub.choices["once"].add_argument("--plan", help="PLAN fields (default: the table's)")
-    sub.choices["once"].add_argument("--options", default="", help="-D flags, space-separated")
+    sub.choices["once"].add_argument("--options", default="", help="-D flags, space-separated; write --options=-DX=1")
     return top
 
 

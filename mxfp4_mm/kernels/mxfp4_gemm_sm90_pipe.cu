@@ -451,9 +451,9 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
     for (int j = 0; j < BM / 8; ++j)
 #pragma unroll
         for (int q = 0; q < 4; ++q) acc[j][q] = 0.f;
-#if COPY_WARPS && SPLITK == 1
+#if COPY_WARPS && (SPLITK == 1 || CN > 1)
     // Pins the zeroing here: otherwise ptxas sinks it into the chunk loop and serializes every
-    // wgmma (advisory C7515) in these builds.
+    // wgmma (advisory C7515) in these builds (split 1, and shared A with BM 16).
     wgmma_keep(acc);
 #endif
     bool b_scale_low = false;
