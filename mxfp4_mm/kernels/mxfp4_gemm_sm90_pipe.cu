@@ -49,7 +49,8 @@
 // Experiments: TIMELINE=1 (thread 0 records phase marks into C instead of the result),
 // FENCE_GPU=1 (the GPU-scoped proxy fence of the first version, for A/B timing),
 // A_PREQUANT=1 (CN == 1: A's quantization left out, results wrong: what a design that
-// quantizes A once per call, not once per N tile, would cost per CTA; timing only).
+// quantizes A once per call, not once per N tile, would cost per CTA; timing only),
+// SKIP_B_CONVERT=1 / SKIP_MMA=1 (CN == 1: B's conversion / the wgmmas left out; timing only).
 
 #ifndef GN
 #define GN 256
@@ -84,6 +85,12 @@
 #endif
 #ifndef A_PREQUANT
 #define A_PREQUANT 0
+#endif
+#ifndef SKIP_B_CONVERT
+#define SKIP_B_CONVERT 0
+#endif
+#ifndef SKIP_MMA
+#define SKIP_MMA 0
 #endif
 #ifndef FENCE_GPU
 #define FENCE_GPU 0
@@ -394,7 +401,11 @@ __device__ __forceinline__ bool convert_chunk(const Tile& tile, u8* stage, u8* b
 #if !A_PREQUANT
     quantize_a_chunk(stage, warp, lane);
 #endif
+#if SKIP_B_CONVERT
+    const bool low = false;
+#else
     const bool low = convert_b_chunk(tile, stage, b_op, lc, tid);
+#endif
     proxy_fence();
     return low;
 }
@@ -402,9 +413,11 @@ __device__ __forceinline__ bool convert_chunk(const Tile& tile, u8* stage, u8* b
 // One chunk's KC/16 wgmmas of this warpgroup (its 64 rows of the B operand at wg_row0), one group.
 __device__ __forceinline__ void issue_chunk_mmas(float (&acc)[BM / 8][4], u32 b_op, u32 a_op, int wg_row0) {
     wgmma_fence();
+#if !SKIP_MMA
 #pragma unroll
     for (int step = 0; step < KC / 16; ++step)
         wgmma_ss_bf16<BM>(acc, operand_desc<BN>(b_op, step, wg_row0), operand_desc<BM>(a_op, step, 0));
+#endif
     wgmma_commit();
 }
 
