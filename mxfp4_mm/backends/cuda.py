@@ -177,11 +177,9 @@ def make_runner(m: int, n: int, k: int, device: torch.device, plan=None, extra_o
     plan = plan or plan_for(m, n, k, device)
     launch = make_launcher(m, n, k, device, plan, extra_options)
 
-    reads_shuffled = "-DB_SHUFFLED=1" in extra_options  # the kernel reads B_shuffle's layout
-
     def run(a, b_q, b_shuffle, b_scale_sh):
         out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
-        launch(a, b_shuffle if reads_shuffled else b_q, b_scale_sh, out)
+        launch(a, b_q, b_scale_sh, out)
         return out
 
     run.plan = plan

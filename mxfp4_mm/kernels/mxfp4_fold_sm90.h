@@ -23,21 +23,6 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid)
                  :: "r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
 }
 
-// Byte offset of byte `kb` (codes of k = 2kb, 2kb+1) of row n of B's codes. B_SHUFFLED=1: the
-// kernel reads B_shuffle (format.md §3: 16-row groups, each a contiguous run over K), so a CTA's
-// copies of a 16-row group are one sequential run instead of 16 rows GK/2 bytes apart.
-// B_SHUFFLED=0: row-major B_q. A 16-byte piece (row, 32-block) is contiguous in both.
-#ifndef B_SHUFFLED
-#define B_SHUFFLED 0
-#endif
-__device__ __forceinline__ size_t b_code_offset(int n, int kb) {
-#if B_SHUFFLED
-    return ((((size_t)(n >> 4) * (GK / 64) + (kb >> 5)) * 2 + ((kb >> 4) & 1)) * 16 + (n & 15)) * 16 + (kb & 15);
-#else
-    return (size_t)n * (GK / 2) + kb;
-#endif
-}
-
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 template <int N>

@@ -444,7 +444,7 @@ __device__ __forceinline__ void mma_block_e4m3(float (&acc)[NT][MT][4], const u3
 // ---- exact fallback (operands outside the folded-scale range; never taken on real data) -----
 
 __device__ float b_dequant(const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh, int n, int k) {
-    const u32 byte = b_q[b_code_offset(n, k / 2)];
+    const u32 byte = b_q[(size_t)n * (GK / 2) + k / 2];
     return e2m1_e8m0_value(k & 1 ? byte >> 4 : byte & 15u, b_scale_sh[scale_row_offset(n) + scale_col_offset(k / 32)]);
 }
 
@@ -544,7 +544,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
             for (int h = 0; h < 2; ++h) {
                 const int row = n0 + n_tile16(wn, nt) * 16 + g + 8 * h;
                 const bool valid = !(ABLATE & 8) && (!B_RING || j < CHW) && lc < chunks && row < GN && block < KBLOCKS;
-                const u8* src = valid ? b_q + b_code_offset(row, block * 16) : b_q;
+                const u8* src = valid ? b_q + (size_t)row * (GK / 2) + block * 16 : b_q;
                 cp_async16(smem_addr(b_smem + ((slot * NT + nt) * 2 + h) * NTHREADS * 16 + b_piece_slot(tid) * 16), src,
                            valid);
             }

@@ -197,7 +197,7 @@ __device__ __forceinline__ void issue_chunk(const Tile& tile, u8* stage, int lc,
         const int gn = tile.n0 + row, block = k0 / 32 + b;
         const bool valid = gn < GN && block < KBLOCKS;
         if (B_PIECES % ISSUERS == 0 || p < B_PIECES)
-            cp_async16(bq_dst + (b * BN + row) * 16, valid ? tile.b_q + b_code_offset(gn, block * 16) : tile.b_q, valid);
+            cp_async16(bq_dst + (b * BN + row) * 16, valid ? tile.b_q + (size_t)gn * (GK / 2) + block * 16 : tile.b_q, valid);
     }
     // Scales: per (32-row group, block) the 64 bytes at (block % 4) * 64 of the group's 256 (they hold
     // blocks block and block ^ 4 of rows 0..31). Groups of rows >= N are skipped (their bytes are
@@ -361,7 +361,7 @@ __device__ __forceinline__ void mbar_wait_cluster(unsigned long long* bar, u32 p
 // ---- exact fallback (operands outside the folded range; never taken on real data) ---------------
 
 __device__ float b_dequant(const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh, int n, int k) {
-    const u32 byte = b_q[b_code_offset(n, k / 2)];
+    const u32 byte = b_q[(size_t)n * (GK / 2) + k / 2];
     return e2m1_e8m0_value(k & 1 ? byte >> 4 : byte & 15u, b_scale_sh[scale_index(n, k / 32)]);
 }
 
