@@ -47,12 +47,9 @@ def _pow2_of_negated(e):
 
 
 @triton.jit
-def _block_exponent(blocks):
-    """format.md §2 scale exponent per block of 32, from the magnitudes' bit patterns (integer max:
-    a NaN cannot vanish the way it can in a float max). NaN sorts above inf and is taken as inf
-    (its payload could carry out of the rounding add), giving e = 127 as spec.py does."""
-    magnitude = blocks.to(tl.int32, bitcast=True) & 0x7FFFFFFF
-    amax = tl.minimum(tl.max(magnitude, axis=2), 0x7F800000)
+def _exponent_of_amax(amax):
+    """format.md §2 scale exponent of a block from its largest magnitude as fp32 bits, NaN already
+    taken as inf (its payload could carry out of the rounding add): e = 127 there, as spec.py does."""
     # Round amax's bit pattern up to a power of two (carry into the exponent at >= 0.75).
     field = ((amax + 0x200000) & 0x7F800000) >> 23
     e = tl.minimum(tl.maximum(field - 129, -127), 127)
@@ -60,21 +57,92 @@ def _block_exponent(blocks):
 
 
 @triton.jit
+def _block_exponent(blocks):
+    """The scale exponent per block of 32 float32 values, from the magnitudes' bit patterns (integer
+    max: a NaN cannot vanish the way it can in a float max; NaN sorts above inf)."""
+    magnitude = blocks.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+    return _exponent_of_amax(tl.minimum(tl.max(magnitude, axis=2), 0x7F800000))
+
+
+@triton.jit
+def _e2m1_codes(q):
+    """e2m1 codes (sign in bit 3; int32) of float32 q: round to nearest even onto
+    {0, .5, 1, 1.5, 2, 3, 4, 6}, saturating at 6 (">" where ties go down, ">=" where up)."""
+    mag = tl.abs(q)
+    code = ((mag > 0.25).to(tl.int32) + (mag >= 0.75).to(tl.int32) + (mag > 1.25).to(tl.int32)
+            + (mag >= 1.75).to(tl.int32) + (mag > 2.5).to(tl.int32) + (mag >= 3.5).to(tl.int32)
+            + (mag > 5.0).to(tl.int32))
+    return code | (((q.to(tl.int32, bitcast=True) >> 31) & 1) << 3)
+
+
+@triton.jit
 def quantize_mxfp4_tile(x, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
     """float32 [BLOCK_M, BLOCK_K] -> (packed codes uint8 [BLOCK_M, BLOCK_K/2], scales uint8 [BLOCK_M, BLOCK_K/32])."""
     blocks = tl.reshape(x, (BLOCK_M, BLOCK_K // 32, 32))
     e = _block_exponent(blocks)
-    q = blocks * _pow2_of_negated(e)[:, :, None]
-    mag = tl.abs(q)
-    # Round-to-nearest-even onto {0, .5, 1, 1.5, 2, 3, 4, 6}: ">" where ties go down, ">=" where up.
-    code = ((mag > 0.25).to(tl.int32) + (mag >= 0.75).to(tl.int32) + (mag > 1.25).to(tl.int32)
-            + (mag >= 1.75).to(tl.int32) + (mag > 2.5).to(tl.int32) + (mag >= 3.5).to(tl.int32)
-            + (mag > 5.0).to(tl.int32))
-    sign = (blocks.to(tl.int32, bitcast=True) >> 31) & 1
-    code = code | (sign << 3)
+    code = _e2m1_codes(blocks * _pow2_of_negated(e)[:, :, None])
     low, high = tl.split(tl.reshape(code, (BLOCK_M, BLOCK_K // 2, 2)))
     # int32 -> uint8 truncates; values are 0..255, never a float->uint8 conversion (it saturates on NVIDIA).
     return (low | (high << 4)).to(tl.uint8), (e + 127).to(tl.uint8)
+
+
+# ---- A through gfx950's hardware convert -------------------------------------------------------
+# v_cvt_scalef32_pk_fp4_bf16 turns a bf16 pair (low half = element 2j) into the byte of their two
+# codes of x / scale, rounded to nearest even and saturated at 6 (format.md §3): with scale = 2^e it
+# gives §2's codes in one instruction per pair, where the arithmetic path above spends ~20 per
+# element. A_CONVERT (a kernel constexpr) picks the path: A_ARITHMETIC, A_HARDWARE (gfx950 only), or
+# A_EMULATED (the instruction as specified, in plain arithmetic, so the hardware path's packing,
+# scale and byte handling are tested on any machine, the interpreter included).
+A_ARITHMETIC = tl.constexpr(0)
+A_HARDWARE = tl.constexpr(1)
+A_EMULATED = tl.constexpr(2)
+
+
+@triton.jit
+def _conversion_scale(e, amax_is_zero):
+    """The convert's scale 2^e as float32, from bits. e = -127 is the denormal 2^-127 (its exponent
+    field, 0, read as e8m0 is 2^-127 too); an all-zero block gets 2^-126, so its codes are 0 under
+    any reading of a field-0 scale (the HIP kernel's conversion_scale)."""
+    bits = tl.where(e > -127, (e + 127) << 23, tl.where(amax_is_zero, 0x00800000, 0x00400000))
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _cvt_scalef32_pk_fp4_bf16_emulated(pairs, scale):
+    """The instruction for power-of-two scales: (low code | high code << 4) of each bf16 pair / scale."""
+    bits = scale.to(tl.int32, bitcast=True)
+    field = bits >> 23
+    # 1 / scale, exact: 2^-127 <-> 2^127, else 2^-(field - 127)
+    inverse = tl.where(bits == 0x00400000, 254 << 23, tl.where(field == 254, 0x00400000, (254 - field) << 23))
+    inverse = inverse.to(tl.float32, bitcast=True)
+    low = ((pairs & 0xFFFF) << 16).to(tl.float32, bitcast=True)
+    high = (pairs & -65536).to(tl.float32, bitcast=True)
+    return _e2m1_codes(low * inverse) | (_e2m1_codes(high * inverse) << 4)
+
+
+@triton.jit
+def _cvt_scalef32_pk_fp4_bf16(pairs, scale, A_CONVERT: tl.constexpr):
+    """int32 [.., P] bf16 pairs, float32 scales of the same shape -> int32 code bytes (0..255)."""
+    if A_CONVERT == A_HARDWARE:
+        # The instruction writes byte 0 of its destination (op_sel 0) and keeps the other three.
+        out = tl.inline_asm_elementwise("v_cvt_scalef32_pk_fp4_bf16 $0, $1, $2", "=v,v,v", [pairs, scale],
+                                        dtype=tl.int32, is_pure=True, pack=1) & 0xFF
+    else:
+        out = _cvt_scalef32_pk_fp4_bf16_emulated(pairs, scale)
+    return out
+
+
+@triton.jit
+def quantize_mxfp4_pairs(pairs, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, A_CONVERT: tl.constexpr):
+    """A tile as int32 bf16 pairs [BLOCK_M, BLOCK_K/2] (element 2j in the low half) -> (packed codes
+    uint8 [BLOCK_M, BLOCK_K/2], scales uint8 [BLOCK_M, BLOCK_K/32]), through the convert."""
+    magnitude = tl.maximum(pairs & 0x7FFF, (pairs >> 16) & 0x7FFF)  # bf16 patterns: NaN above inf
+    amax = tl.minimum(tl.max(tl.reshape(magnitude, (BLOCK_M, BLOCK_K // 32, 16)), axis=2), 0x7F80)
+    e = _exponent_of_amax(amax << 16)
+    scale = _conversion_scale(e, amax == 0)
+    per_pair = tl.reshape(tl.broadcast_to(scale[:, :, None], (BLOCK_M, BLOCK_K // 32, 16)), (BLOCK_M, BLOCK_K // 2))
+    codes = _cvt_scalef32_pk_fp4_bf16(pairs, per_pair, A_CONVERT)
+    return codes.to(tl.uint8), (e + 127).to(tl.uint8)
 
 
 @triton.jit
@@ -121,13 +189,18 @@ def _shuffled_scale_col_offsets(cols):
 
 @triton.jit
 def quantize_kernel(x_ptr, codes_ptr, scales_ptr, M, K,
-                    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, A_CONVERT: tl.constexpr = 0):
     """Quant-only debug kernel: bf16 x [M, K] -> codes [M, K/2], scales [M, K/32] (K % BLOCK_K == 0)."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     k0 = tl.program_id(1) * BLOCK_K
     row_ok = rows[:, None] < M
-    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * K + k0 + tl.arange(0, BLOCK_K)[None, :], mask=row_ok)
-    codes, scales = quantize_mxfp4_tile(x.to(tl.float32), BLOCK_M, BLOCK_K)
+    if A_CONVERT == A_ARITHMETIC:
+        x = tl.load(x_ptr + rows[:, None].to(tl.int64) * K + k0 + tl.arange(0, BLOCK_K)[None, :], mask=row_ok)
+        codes, scales = quantize_mxfp4_tile(x.to(tl.float32), BLOCK_M, BLOCK_K)
+    else:
+        pair_ptrs = (x_ptr.to(tl.pointer_type(tl.int32)) + rows[:, None].to(tl.int64) * (K // 2) + k0 // 2
+                     + tl.arange(0, BLOCK_K // 2)[None, :])
+        codes, scales = quantize_mxfp4_pairs(tl.load(pair_ptrs, mask=row_ok), BLOCK_M, BLOCK_K, A_CONVERT)
     half = k0 // 2 + tl.arange(0, BLOCK_K // 2)
     tl.store(codes_ptr + rows[:, None].to(tl.int64) * (K // 2) + half[None, :], codes, mask=row_ok)
     cols = k0 // 32 + tl.arange(0, BLOCK_K // 32)
@@ -154,9 +227,10 @@ def _tile_coordinates(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
 
 @triton.jit
 def _a_operand(a_ptrs, a_scale_ptrs, k_left, EVEN_K: tl.constexpr, A_PREQUANTIZED: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """A's codes and scales for one K step: quantized here from bf16, or read (the pre-quantized
-    baseline). k_left = K elements left from this step's start (only read without EVEN_K)."""
+               A_CONVERT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """A's codes and scales for one K step: quantized here from bf16 (a_ptrs: bf16 elements, or
+    int32 bf16 pairs for the convert), or read (the pre-quantized baseline). k_left = K elements
+    left from this step's start (only read without EVEN_K)."""
     if A_PREQUANTIZED:
         if EVEN_K:
             codes = tl.load(a_ptrs)
@@ -164,6 +238,12 @@ def _a_operand(a_ptrs, a_scale_ptrs, k_left, EVEN_K: tl.constexpr, A_PREQUANTIZE
         else:
             codes = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K // 2)[None, :] < k_left // 2, other=0)
             scales = tl.load(a_scale_ptrs, mask=tl.arange(0, BLOCK_K // 32)[None, :] < k_left // 32, other=0)
+    elif A_CONVERT != A_ARITHMETIC:
+        if EVEN_K:
+            pairs = tl.load(a_ptrs)
+        else:
+            pairs = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K // 2)[None, :] < k_left // 2, other=0)
+        codes, scales = quantize_mxfp4_pairs(pairs, BLOCK_M, BLOCK_K, A_CONVERT)
     else:
         if EVEN_K:
             x = tl.load(a_ptrs)
@@ -306,7 +386,8 @@ def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, c_ptr, partial_ptr, cou
                       M, N, K, scale_cols_padded, split_k, steps_per_split, num_tiles,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_SIZE_M: tl.constexpr, USE_SPLIT_K: tl.constexpr, A_PREQUANTIZED: tl.constexpr,
-                      B_LAYOUT: tl.constexpr, EVEN_K: tl.constexpr, CACHE_MODIFIER: tl.constexpr):
+                      B_LAYOUT: tl.constexpr, EVEN_K: tl.constexpr, CACHE_MODIFIER: tl.constexpr,
+                      A_CONVERT: tl.constexpr = 0):
     """C [M, N] bf16 = A @ B^T over MXFP4 operands; grid (num_tiles, split_k).
 
     A: bf16 [M, K] (or, with A_PREQUANTIZED, codes [M, K/2] + unshuffled scales at a_scale_ptr);
@@ -321,6 +402,10 @@ def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, c_ptr, partial_ptr, cou
         a_ptrs = a_ptr + rows[:, None].to(tl.int64) * (K // 2) + k_begin // 2 + tl.arange(0, BLOCK_K // 2)[None, :]
         a_scale_ptrs = (a_scale_ptr + rows[:, None].to(tl.int64) * (K // 32) + k_begin // 32
                         + tl.arange(0, BLOCK_K // 32)[None, :])
+    elif A_CONVERT != A_ARITHMETIC:
+        a_ptrs = (a_ptr.to(tl.pointer_type(tl.int32)) + rows[:, None].to(tl.int64) * (K // 2) + k_begin // 2
+                  + tl.arange(0, BLOCK_K // 2)[None, :])
+        a_scale_ptrs = a_scale_ptr
     else:
         a_ptrs = a_ptr + rows[:, None].to(tl.int64) * K + k_begin + tl.arange(0, BLOCK_K)[None, :]
         a_scale_ptrs = a_scale_ptr
@@ -331,7 +416,8 @@ def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, c_ptr, partial_ptr, cou
     b_top = tl.zeros((BLOCK_N, BLOCK_K // 32), dtype=tl.uint8)
     for step in range(steps):
         k_left = K - k_begin - step * BLOCK_K
-        a_codes, a_scales = _a_operand(a_ptrs, a_scale_ptrs, k_left, EVEN_K, A_PREQUANTIZED, BLOCK_M, BLOCK_K)
+        a_codes, a_scales = _a_operand(a_ptrs, a_scale_ptrs, k_left, EVEN_K, A_PREQUANTIZED, A_CONVERT,
+                                       BLOCK_M, BLOCK_K)
         b_codes = _b_codes(b_ptrs, k_left, EVEN_K, B_LAYOUT, BLOCK_N, BLOCK_K, CACHE_MODIFIER)
         b_scales = _b_scales(bs_ptrs, (K - k_left) // 32, k_left, EVEN_K, B_LAYOUT, BLOCK_N, BLOCK_K, CACHE_MODIFIER)
         acc = tl.dot_scaled(a_codes, a_scales, "e2m1", b_codes.T, b_scales, "e2m1", acc)
@@ -340,6 +426,8 @@ def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, c_ptr, partial_ptr, cou
         if A_PREQUANTIZED:
             a_ptrs += BLOCK_K // 2
             a_scale_ptrs += BLOCK_K // 32
+        elif A_CONVERT != A_ARITHMETIC:
+            a_ptrs += BLOCK_K // 2  # int32 pairs
         else:
             a_ptrs += BLOCK_K
         if B_LAYOUT == B_SHUFFLED:

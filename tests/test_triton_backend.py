@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from mxfp4_mm import spec
+from mxfp4_mm.devices import kernel_arch
 from mxfp4_mm.backends import triton_backend
 from conftest import assert_harness_close, make_inputs, reference_output
 
@@ -137,12 +138,12 @@ _INTERPRETER_CHECK = r"""
 import sys, torch
 from mxfp4_mm import spec
 from mxfp4_mm.backends import triton_backend
-golden = torch.load(sys.argv[1])
+golden, a_convert = torch.load(sys.argv[1]), sys.argv[2]
 for case in golden["cases"]:
     x = case["x"]
     k = x.shape[1]
     block_k = next(b for b in (256, 128, 64) if k % b == 0)
-    codes, scales = triton_backend.quantize(x, 16, block_k)
+    codes, scales = triton_backend.quantize(x, 16, block_k, a_convert)
     # The interpreter widens bf16 denormals wrongly (its own bug; the GPU test covers them),
     # so blocks holding one are left out here along with the extreme blocks.
     blocks = x.float().reshape(x.shape[0], -1, 32)
@@ -160,7 +161,7 @@ special[1, 70] = -float("inf")
 special[1, 100] = torch.tensor(0x7FFF, dtype=torch.int16).view(torch.bfloat16)  # NaN, largest payload
 special[2, :32] = torch.finfo(torch.bfloat16).max
 special[3, 32:64] = 0
-codes, scales = triton_backend.quantize(special, 16, 256)
+codes, scales = triton_backend.quantize(special, 16, 256, a_convert)
 want_codes, want_scales = spec.quantize_mxfp4(special)
 assert scales[0, 0] == scales[0, 1] == scales[1, 2] == scales[1, 3] == 254, scales
 assert torch.equal(scales, want_scales) and torch.equal(codes, want_codes)
@@ -168,9 +169,12 @@ print("ok")
 """
 
 
-def test_fused_quantization_is_bit_exact_in_the_interpreter():
+@pytest.mark.parametrize("a_convert", ["arithmetic", "emulated"])
+def test_fused_quantization_is_bit_exact_in_the_interpreter(a_convert):
+    """Both of A's paths on the golden vectors: the arithmetic one, and the hardware convert's
+    (bf16 pairs, the scale operand, the code byte) with the instruction emulated."""
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-c", _INTERPRETER_CHECK, str(GOLDEN)], env=env,
+    done = subprocess.run([sys.executable, "-c", _INTERPRETER_CHECK, str(GOLDEN), a_convert], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
@@ -352,12 +356,13 @@ def test_scale_padding_is_never_read():
 
 
 @pytest.mark.gpu
-def test_fused_quantization_is_bit_exact_on_the_gpu():
+@pytest.mark.parametrize("a_convert", ["arithmetic", "emulated"])
+def test_fused_quantization_is_bit_exact_on_the_gpu(a_convert):
     golden = torch.load(GOLDEN)
     for case in golden["cases"]:
         x = case["x"].cuda()
         block_k = next(b for b in (256, 128, 64) if x.shape[1] % b == 0)
-        codes, scales = triton_backend.quantize(x, 16, block_k)
+        codes, scales = triton_backend.quantize(x, 16, block_k, a_convert)
         keep = ~case["extreme_block"]
         assert torch.equal(scales.cpu()[keep], case["scale"][keep]), case["kind"]
         keep_bytes = keep.repeat_interleave(16, dim=1)
@@ -395,6 +400,8 @@ def _candidate_cases():
 def test_every_candidate_matches_reference(shape, plan):
     data = make_inputs(*shape, seed=sum(shape), device="cuda")
     a, _, b_q, b_shuffle, b_scale_sh = data
+    if plan.a_convert == "hardware" and kernel_arch(a.device) != "gfx950":
+        plan = plan._replace(a_convert="emulated")  # the same kernel, gfx950's convert emulated
     runner = triton_backend.make_runner(*shape, a.device, plan)
     assert runner.plan == plan
     assert_harness_close(runner(a, b_q, b_shuffle, b_scale_sh), reference_output(data))

@@ -1,7 +1,8 @@
 """CPU: every gfx950 Triton candidate of the 6 benchmark and 4 test shapes, AOT-compiled for gfx950
 (`triton.compile(ASTSource(...), target=GPUTarget("hip", "gfx950", 64))`, the launch-time
-specializations included), uses the scaled MFMA, spills nothing to memory (nor in its K loop), and
-issues exactly its tile's work.
+specializations included), uses the scaled MFMA, spills nothing to memory (nor in its K loop),
+issues exactly its tile's work, and (its "hardware" plans) quantizes A with exactly one hardware fp4
+convert per bf16 pair.
 
 The MFMA check, defined:
 - A tile's work per K step: the tile is BLOCK_M x BLOCK_N x BLOCK_K, and one
@@ -99,6 +100,18 @@ def test_mfma_count_per_tile_equals_the_tiles_work(compiled):
         plan = key[0]
         assert stats["loops_with_mfma"] == 1 and stats["loop_other_mfma"] == 0, (_label(key), stats)
         assert stats["loop_mfma"] * plan.num_warps == tile_work_per_step(plan), (_label(key), stats)
+
+
+def test_hardware_convert_plans_convert_each_a_pair_once(compiled):
+    """A "hardware" plan's K loop quantizes A with v_cvt_scalef32_pk_fp4_bf16, one per bf16 pair of
+    the A tile and no wave repeating another's (BLOCK_M x BLOCK_K/2 pairs over num_warps x 64 lanes);
+    an "arithmetic" plan issues none. The prior of every shape converts in hardware."""
+    assert any(key[0].a_convert == "hardware" for key in compiled)
+    for key, stats in compiled.items():
+        plan = key[0]
+        pairs_per_lane = plan.block_m * plan.block_k // 2 // (64 * plan.num_warps)
+        want = pairs_per_lane if plan.a_convert == "hardware" else 0
+        assert stats["loop_fp4_converts"] == want, (_label(key), stats)
 
 
 def test_the_check_sees_replicated_waves():

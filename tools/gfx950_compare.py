@@ -1,5 +1,6 @@
 """Static comparison on gfx950 (no GPU needed): per benchmark shape, our prior-first Triton
-candidate vs aiter's `gemm_a16wfp4` design at AMD's tuned config, both AOT-compiled with Triton.
+candidate (A through the hardware fp4 convert) and its arithmetic twin vs aiter's `gemm_a16wfp4`
+design at AMD's tuned config, all AOT-compiled with Triton.
 
 "aiter's design at AMD's config" is our own kernel set up as aiter's: A quantized in the kernel,
 B_q with byte-gathered B scales (aiter's row-major path reads them unshuffled; the gather is our
@@ -59,6 +60,7 @@ def isa_stats(asm: str) -> dict:
         loop_mfma=sum(op == MFMA for op in body),
         loop_other_mfma=sum(op.startswith("v_mfma") and op != MFMA for op in body),
         loop_valu=sum(op.startswith("v_") and not op.startswith("v_mfma") for op in body),
+        loop_fp4_converts=sum(op == "v_cvt_scalef32_pk_fp4_bf16" for op in body),
         loop_lane_moves=sum(op in ("v_writelane_b32", "v_readlane_b32") for op in body),  # SGPR spills land there
         kernel_mfma=sum(line.strip().startswith(MFMA) for line in asm.splitlines()),
         vgprs=_meta(asm, "vgpr_count"), agprs=_meta(asm, "agpr_count"), sgprs=_meta(asm, "sgpr_count"),
@@ -117,8 +119,12 @@ def main(argv=None) -> int:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for shape in BENCHMARKS:
         aiter = triton_numbers(*shape, triton_plans.aiter_plan(shape))
-        ours = triton_numbers(*shape, triton_backend.candidates_for_arch(*shape, "gfx950", 256)[0])
+        prior = triton_backend.candidates_for_arch(*shape, "gfx950", 256)[0]
+        ours = triton_numbers(*shape, prior)
         rows = [("aiter's design, AMD's config", aiter, None), ("our Triton, prior first", ours, aiter)]
+        if prior.a_convert != "arithmetic":
+            twin = triton_numbers(*shape, prior._replace(a_convert="arithmetic"))
+            rows.append(("our Triton, its arithmetic twin", twin, aiter))
         if with_hip:
             rows.append(("our HIP, prior first", hip_numbers(*shape), aiter))
         for design, numbers, reference in rows:

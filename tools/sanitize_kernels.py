@@ -70,7 +70,10 @@ def _triton_plans(triton_backend, m, n, k, device):
     (the AMD-only compile options of the gfx950 plans are left out on NVIDIA; tiles, layouts and
     split-K are what the sanitizer checks)."""
     units = torch.cuda.get_device_properties(device).multi_processor_count
-    return [plan for arch in ("sm_90", "gfx950") for plan in triton_backend.candidates_for_arch(m, n, k, arch, units)]
+    plans = [plan for arch in ("sm_90", "gfx950") for plan in triton_backend.candidates_for_arch(m, n, k, arch, units)]
+    # gfx950's fp4 convert is emulated here: the same loads, packing and stores.
+    emulated = [p._replace(a_convert="emulated") if p.a_convert == "hardware" else p for p in plans]
+    return list(dict.fromkeys(emulated))
 
 
 def plans_for(name, module, m, n, k, device):
@@ -110,6 +113,7 @@ def main(argv=None):
                         help="'m,n,k;m,n,k' (default: the odd shapes)")
     parser.add_argument("--max-plans", type=int, default=0, help="at most this many plans per backend and shape (0: all)")
     parser.add_argument("--label-prefix", default="", help="only plans whose label starts with this (e.g. 'p.': cuda's pipe plans)")
+    parser.add_argument("--label-suffix", default="", help="only plans whose label ends with this (e.g. '.emu')")
     parser.add_argument("--list", action="store_true", help="print the plans, run nothing")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available() or torch.version.hip:
@@ -122,7 +126,8 @@ def main(argv=None):
         module = dispatch.load_backend(name)
         for m, n, k in parse_shapes(args.shapes):
             plans, make = plans_for(name, module, m, n, k, device)
-            plans = [plan for plan in plans if label(module, plan).startswith(args.label_prefix)]
+            plans = [plan for plan in plans if label(module, plan).startswith(args.label_prefix)
+                     and label(module, plan).endswith(args.label_suffix)]
             plans = plans[: args.max_plans] if args.max_plans else plans
             for plan in plans:
                 for extreme in (False, True):

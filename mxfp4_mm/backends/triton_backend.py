@@ -45,10 +45,12 @@ def fits(plan: Plan, n: int, k: int) -> bool:
 
 def plan_label(plan: Plan) -> str:
     """e.g. "m16n128k512w4s1.sk4.e2.g1.cg.shuffled": tile, warps, stages, split-K, waves per EU,
-    group size, cache modifier, B layout."""
+    group size, cache modifier, B layout; then ".hw" (".emu") where A goes through the hardware
+    convert (its emulation)."""
     cache = plan.cache_modifier.lstrip(".") or "ca"
+    convert = {"arithmetic": "", "hardware": ".hw", "emulated": ".emu"}[plan.a_convert]
     return (f"m{plan.block_m}n{plan.block_n}k{plan.block_k}w{plan.num_warps}s{plan.num_stages}.sk{plan.split_k}"
-            f".e{plan.waves_per_eu}.g{plan.group_size_m}.{cache}.{plan.b_layout}")
+            f".e{plan.waves_per_eu}.g{plan.group_size_m}.{cache}.{plan.b_layout}{convert}")
 
 
 def _table_plan(m, n, k, arch):
@@ -56,17 +58,24 @@ def _table_plan(m, n, k, arch):
     return None if listed is None else Plan(*listed)
 
 
+def _general_plan(m, n, k, arch, compute_units):
+    """`general_plan`, quantizing A with the hardware convert where the arch has one."""
+    plan = general_plan(m, n, k, compute_units)
+    return plan._replace(a_convert="hardware") if arch == "gfx950" else plan
+
+
 def plan_for(m: int, n: int, k: int, device: torch.device) -> Plan:
-    listed = _table_plan(m, n, k, kernel_arch(device))
+    arch = kernel_arch(device)
+    listed = _table_plan(m, n, k, arch)
     if listed is not None and fits(listed, n, k):
         return listed
-    return general_plan(m, n, k, torch.cuda.get_device_properties(device).multi_processor_count)
+    return _general_plan(m, n, k, arch, torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 def candidates_for_arch(m: int, n: int, k: int, arch: str, compute_units: int):
     """Every plan for the shape on this arch, prior first; no compilation."""
     listed = _table_plan(m, n, k, arch)
-    first = listed if listed is not None else general_plan(m, n, k, compute_units)
+    first = listed if listed is not None else _general_plan(m, n, k, arch, compute_units)
     plans = [first] + triton_plans.variations(m, n, k, arch, first)
     return list(dict.fromkeys(p for p in plans if fits(p, n, k)))
 
@@ -97,7 +106,8 @@ def kernel_constants(plan: Plan, k: int, split_k: int, a_prequantized=False) -> 
     """The kernel's constexpr arguments for this plan (shared by launches and AOT compiles)."""
     return dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, GROUP_SIZE_M=plan.group_size_m,
                 USE_SPLIT_K=split_k > 1, A_PREQUANTIZED=a_prequantized, B_LAYOUT=B_LAYOUTS[plan.b_layout],
-                EVEN_K=k % plan.block_k == 0, CACHE_MODIFIER=plan.cache_modifier)
+                EVEN_K=k % plan.block_k == 0, CACHE_MODIFIER=plan.cache_modifier,
+                A_CONVERT=triton_plans.A_CONVERTS[plan.a_convert])
 
 
 def make_launcher(m, n, k, device, plan: Plan, a_prequantized=False):
@@ -107,6 +117,8 @@ def make_launcher(m, n, k, device, plan: Plan, a_prequantized=False):
 
     if not fits(plan, n, k):
         raise ValueError(f"plan: {plan_label(plan)} needs N % 32 == 0 and K % block_k == 0 (N={n}, K={k})")
+    if plan.a_convert == "hardware" and kernel_arch(device) != "gfx950":
+        raise ValueError(f"plan: {plan_label(plan)} uses gfx950's fp4 convert; this GPU is {kernel_arch(device)}")
     split_k, steps = split_k_steps(-(-k // plan.block_k), plan.split_k)
     tiles = -(-m // plan.block_m) * -(-n // plan.block_n)
     grid = (tiles, split_k)
@@ -176,8 +188,9 @@ def aot_compile(plan: Plan, n: int, k: int, target, split_k: int = None):
                           target=target, options=options)
 
 
-def quantize(x: torch.Tensor, block_m: int = 16, block_k: int = 256):
-    """Debug path: the kernel's fused A quantization alone -> (codes [M, K/2], scales [M, K/32])."""
+def quantize(x: torch.Tensor, block_m: int = 16, block_k: int = 256, a_convert: str = "arithmetic"):
+    """Debug path: the kernel's fused A quantization alone -> (codes [M, K/2], scales [M, K/32]);
+    a_convert as the plan field."""
     from .. import triton_kernels
 
     m, k = x.shape
@@ -186,5 +199,6 @@ def quantize(x: torch.Tensor, block_m: int = 16, block_k: int = 256):
     codes = torch.empty((m, k // 2), dtype=torch.uint8, device=x.device)
     scales = torch.empty((m, k // 32), dtype=torch.uint8, device=x.device)
     grid = (-(-m // block_m), k // block_k)
-    triton_kernels.quantize_kernel[grid](x.contiguous(), codes, scales, m, k, BLOCK_M=block_m, BLOCK_K=block_k)
+    triton_kernels.quantize_kernel[grid](x.contiguous(), codes, scales, m, k, BLOCK_M=block_m, BLOCK_K=block_k,
+                                         A_CONVERT=triton_plans.A_CONVERTS[a_convert])
     return codes, scales

@@ -15,8 +15,11 @@ B cache modifier, B layout). Tuples of the first six fields are still plans (def
 import collections
 
 Plan = collections.namedtuple(
-    "Plan", "block_m block_n block_k split_k num_warps num_stages waves_per_eu group_size_m cache_modifier b_layout",
-    defaults=(0, 1, "", "gather"))
+    "Plan", "block_m block_n block_k split_k num_warps num_stages waves_per_eu group_size_m cache_modifier b_layout "
+            "a_convert", defaults=(0, 1, "", "gather", "arithmetic"))
+# a_convert: how A's codes are made (triton_kernels.A_*): "arithmetic" (any GPU), "hardware" (gfx950's
+# v_cvt_scalef32_pk_fp4_bf16), "emulated" (that instruction in plain arithmetic: tests only).
+A_CONVERTS = {"arithmetic": 0, "hardware": 1, "emulated": 2}
 
 # AMD's gfx950 configs (aiter/ops/triton/configs/gemm/gfx950-GEMM-A16WFP4*.json), per task shape:
 # (BLOCK_M, BLOCK_N, BLOCK_K, NUM_KSPLIT, num_warps, num_stages, waves_per_eu, GROUP_SIZE_M,
@@ -62,7 +65,7 @@ def fitted(plan: Plan) -> Plan:
 
 
 def _gfx950_prior(shape) -> Plan:
-    plan = fitted(aiter_plan(shape))
+    plan = fitted(aiter_plan(shape))._replace(a_convert="hardware")
     return plan if plan.b_layout == "shuffled" else plan._replace(b_layout="vector")
 
 
@@ -106,11 +109,13 @@ def general_plan(m: int, n: int, k: int, compute_units: int) -> Plan:
 
 
 def _gfx950_variations(m, n, k, first: Plan):
-    """Neighbours of the prior worth timing on gfx950: the three B layouts, split-K halved and
+    """Neighbours of the prior worth timing on gfx950: its arithmetic-quantizing twin, the three B layouts, split-K halved and
     doubled, row tiles fitted to M, wider column tiles; each `fitted`, and at most 32 quantized A
     elements per lane (more spill)."""
     k_steps = -(-k // first.block_k)
-    out = [first._replace(b_layout=layout) for layout in ("shuffled", "vector", "gather")]
+    # The arithmetic twin first: it does not depend on the hardware convert behaving as documented.
+    out = [first._replace(a_convert="arithmetic")]
+    out += [first._replace(b_layout=layout) for layout in ("shuffled", "vector", "gather")]
     for split in {max(1, first.split_k // 2), min(k_steps, first.split_k * 2)}:
         out += [first._replace(split_k=split), first._replace(split_k=split, b_layout="vector")]
     for block_m in (16, 32):
