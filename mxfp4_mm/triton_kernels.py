@@ -65,14 +65,12 @@ def _block_exponent(blocks):
 
 
 @triton.jit
-def _e2m1_codes(q):
-    """e2m1 codes (sign in bit 3; int32) of float32 q: round to nearest even onto
+def _e2m1_magnitude_codes(mag):
+    """e2m1 magnitude codes (int32 0..7) of float32 |q|: round to nearest even onto
     {0, .5, 1, 1.5, 2, 3, 4, 6}, saturating at 6 (">" where ties go down, ">=" where up)."""
-    mag = tl.abs(q)
-    code = ((mag > 0.25).to(tl.int32) + (mag >= 0.75).to(tl.int32) + (mag > 1.25).to(tl.int32)
+    return ((mag > 0.25).to(tl.int32) + (mag >= 0.75).to(tl.int32) + (mag > 1.25).to(tl.int32)
             + (mag >= 1.75).to(tl.int32) + (mag > 2.5).to(tl.int32) + (mag >= 3.5).to(tl.int32)
             + (mag > 5.0).to(tl.int32))
-    return code | (((q.to(tl.int32, bitcast=True) >> 31) & 1) << 3)
 
 
 @triton.jit
@@ -80,7 +78,8 @@ def quantize_mxfp4_tile(x, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
     """float32 [BLOCK_M, BLOCK_K] -> (packed codes uint8 [BLOCK_M, BLOCK_K/2], scales uint8 [BLOCK_M, BLOCK_K/32])."""
     blocks = tl.reshape(x, (BLOCK_M, BLOCK_K // 32, 32))
     e = _block_exponent(blocks)
-    code = _e2m1_codes(blocks * _pow2_of_negated(e)[:, :, None])
+    code = _e2m1_magnitude_codes(tl.abs(blocks * _pow2_of_negated(e)[:, :, None]))
+    code = code | (((blocks.to(tl.int32, bitcast=True) >> 31) & 1) << 3)
     low, high = tl.split(tl.reshape(code, (BLOCK_M, BLOCK_K // 2, 2)))
     # int32 -> uint8 truncates; values are 0..255, never a float->uint8 conversion (it saturates on NVIDIA).
     return (low | (high << 4)).to(tl.uint8), (e + 127).to(tl.uint8)
@@ -115,9 +114,9 @@ def _cvt_scalef32_pk_fp4_bf16_emulated(pairs, scale):
     # 1 / scale, exact: 2^-127 <-> 2^127, else 2^-(field - 127)
     inverse = tl.where(bits == 0x00400000, 254 << 23, tl.where(field == 254, 0x00400000, (254 - field) << 23))
     inverse = inverse.to(tl.float32, bitcast=True)
-    low = ((pairs & 0xFFFF) << 16).to(tl.float32, bitcast=True)
-    high = (pairs & -65536).to(tl.float32, bitcast=True)
-    return _e2m1_codes(low * inverse) | (_e2m1_codes(high * inverse) << 4)
+    low = _e2m1_magnitude_codes(((pairs & 0x7FFF) << 16).to(tl.float32, bitcast=True) * inverse)
+    high = _e2m1_magnitude_codes((pairs & 0x7FFF0000).to(tl.float32, bitcast=True) * inverse)
+    return low | ((pairs >> 12) & 8) | (high << 4) | ((pairs >> 24) & 0x80)  # signs: bits 15 and 31
 
 
 @triton.jit
