@@ -2,9 +2,9 @@
 
 `mxfp4_gemm_kernel` computes one [BLOCK_M, BLOCK_N] tile of C over one K range (split-K index
 `program_id(1)`). Each K step quantizes a bf16 tile of A to e2m1 codes + e8m0 scales (bit-exact to
-format.md §2, the same device function as `quantize_kernel`), loads B's packed codes and scales, and
-accumulates with `tl.dot_scaled` (native `v_mfma_scale_f32_16x16x128_f8f6f4` on gfx950, emulated
-through bf16 on Hopper).
+format.md §2, the same device functions as `quantize_kernel`; arithmetically, or on gfx950 with its
+hardware fp4 convert: A_CONVERT below), loads B's packed codes and scales, and accumulates with
+`tl.dot_scaled` (native `v_mfma_scale_f32_16x16x128_f8f6f4` on gfx950, emulated through bf16 on Hopper).
 
 B comes in one of three layouts (constexpr B_LAYOUT):
 - GATHER: codes from B_q, scales gathered byte by byte from the shuffled tensor with the format.md §3
