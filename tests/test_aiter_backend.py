@@ -68,6 +68,15 @@ def test_kinds_in_prior_order(fake_aiter):
     assert aiter_backend.candidates(M, N, K, torch.device("cpu")) == []  # not a ROCm device
 
 
+def test_preshuffle_is_offered_only_for_whole_512_k_steps(fake_aiter, monkeypatch):
+    monkeypatch.setattr(aiter_backend, "is_available", lambda device: True)
+    rocm = torch.device("cpu")
+    assert aiter_backend.candidates(M, N, 320, rocm) == [aiter_backend.A16WFP4, aiter_backend.A4W4]
+    assert aiter_backend.candidates(M, N, 1536, rocm)[0] == aiter_backend.A16WFP4_PRESHUFFLE
+    assert aiter_backend.make_runner(M, N, 320, rocm).plan == aiter_backend.A16WFP4
+    assert aiter_backend.make_runner(M, N, 2048, rocm).plan == aiter_backend.A16WFP4_PRESHUFFLE
+
+
 def test_without_the_a16wfp4_module_only_a4w4_is_offered(fake_aiter, monkeypatch):
     monkeypatch.setitem(sys.modules, aiter_backend.A16WFP4_MODULE, None)  # import raises
     assert aiter_backend.available_plans() == [aiter_backend.A4W4]
@@ -75,8 +84,7 @@ def test_without_the_a16wfp4_module_only_a4w4_is_offered(fake_aiter, monkeypatch
 
 def test_preshuffle_reads_b_shuffle_and_the_shuffled_scales_as_given(fake_aiter):
     a, b_q, b_shuffle, b_scale_sh = _inputs()
-    runner = aiter_backend.make_runner(M, N, K, torch.device("cpu"))
-    assert runner.plan == aiter_backend.A16WFP4_PRESHUFFLE
+    runner = aiter_backend.make_runner(M, N, K, torch.device("cpu"), aiter_backend.A16WFP4_PRESHUFFLE)
     out = runner(a, b_q, b_shuffle, b_scale_sh)
     (name, (x, w, scales), kwargs), = fake_aiter
     assert name == "gemm_a16wfp4_preshuffle" and out.shape == (M, N)
@@ -91,7 +99,7 @@ def test_preshuffle_reads_b_shuffle_and_the_shuffled_scales_as_given(fake_aiter)
 
 def test_preshuffle_without_b_shuffle_shuffles_b_q(fake_aiter):
     a, b_q, _, b_scale_sh = _inputs()
-    aiter_backend.make_runner(M, N, K, torch.device("cpu"))(a, b_q, None, b_scale_sh)
+    aiter_backend.make_runner(M, N, K, torch.device("cpu"), aiter_backend.A16WFP4_PRESHUFFLE)(a, b_q, None, b_scale_sh)
     (_, (_, w, _), _), = fake_aiter
     assert torch.equal(w.reshape(N, K // 2), spec.shuffle_weight(b_q))
 

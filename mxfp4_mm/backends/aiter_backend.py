@@ -7,8 +7,10 @@ Plan kinds, prior first:
   phase-1 winner (format.md §6), with AMD's tuned configs.
 - "a16wfp4": `gemm_a16wfp4` on B_q with unshuffled scales (one extra copy per call).
 - "a4w4": the task's reference pipeline: aiter's per-1x32 Triton quant of A (shuffled scales),
-  then `gemm_a4w4` on B_shuffle. Two launches per call.
+  then `gemm_a4w4` on B_shuffle. Two launches per call, three where its ASM kernel splits K (it
+  clears the output first).
 aiter picks its own config per shape (its gfx950 JSON files); split-K configs add a reduce launch.
+Checked against aiter's source (2026-08), not yet run against it: names, argument order, layouts.
 """
 
 import collections
@@ -59,8 +61,17 @@ def available_plans():
     return plans + [A4W4]
 
 
+# aiter's preshuffle kernel loads A and B only in whole 512-K steps (no masked tail): other K fail
+# to compile there, so it is not offered for them.
+PRESHUFFLE_K_STEP = 512
+
+
+def fits(plan: Plan, k: int) -> bool:
+    return plan != A16WFP4_PRESHUFFLE or k % PRESHUFFLE_K_STEP == 0
+
+
 def candidates(m: int, n: int, k: int, device: torch.device):
-    return available_plans() if is_available(device) else []
+    return [plan for plan in available_plans() if fits(plan, k)] if is_available(device) else []
 
 
 def plan_label(plan: Plan) -> str:
@@ -111,7 +122,7 @@ _RUNNERS = {A16WFP4_PRESHUFFLE: _a16wfp4_preshuffle_runner, A16WFP4: _a16wfp4_ru
 
 def make_runner(m: int, n: int, k: int, device: torch.device, plan: Plan = None):
     """The runner for this shape; `plan` (a kind) overrides the prior (the tuner sweeps with it)."""
-    plan = plan or available_plans()[0]
+    plan = plan or next(p for p in available_plans() if fits(p, k))
     if plan not in _RUNNERS:
         raise ValueError(f"plan: unknown aiter kind {plan!r}; choose from {[p.kind for p in _RUNNERS]}")
     run = _RUNNERS[plan](n, k)

@@ -109,9 +109,9 @@ def general_plan(m: int, n: int, k: int, compute_units: int) -> Plan:
 
 
 def _gfx950_variations(m, n, k, first: Plan):
-    """Neighbours of the prior worth timing on gfx950: its arithmetic-quantizing twin, the three B layouts, split-K halved and
-    doubled, row tiles fitted to M, wider column tiles; each `fitted`, and at most 32 quantized A
-    elements per lane (more spill)."""
+    """Neighbours of the prior worth timing on gfx950: its arithmetic-quantizing twin, the three B
+    layouts, split-K halved and doubled, row tiles fitted to M, wider column tiles; each `fitted`,
+    and at most 32 quantized A elements per lane (more spill)."""
     k_steps = -(-k // first.block_k)
     # The arithmetic twin first: it does not depend on the hardware convert behaving as documented.
     out = [first._replace(a_convert="arithmetic")]
