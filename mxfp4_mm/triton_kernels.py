@@ -88,7 +88,7 @@ def quantize_mxfp4_tile(x, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
 # ---- A through gfx950's hardware convert -------------------------------------------------------
 # v_cvt_scalef32_pk_fp4_bf16 turns a bf16 pair (low half = element 2j) into the byte of their two
 # codes of x / scale, rounded to nearest even and saturated at 6 (format.md §3): with scale = 2^e it
-# gives §2's codes in one instruction per pair, where the arithmetic path above spends ~20 per
+# gives §2's codes in one instruction per pair, where the arithmetic path above spends ~30 VALU per
 # element. A_CONVERT (a kernel constexpr) picks the path: A_ARITHMETIC, A_HARDWARE (gfx950 only), or
 # A_EMULATED (the instruction as specified, in plain arithmetic, so the hardware path's packing,
 # scale and byte handling are tested on any machine, the interpreter included).

@@ -1,15 +1,16 @@
 """Plans of the Triton backend: the Plan type, the rules, and the tables by kernel arch, then (M, N, K).
 
 A plan: (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages, waves_per_eu, GROUP_SIZE_M,
-B cache modifier, B layout). Tuples of the first six fields are still plans (defaults fill the rest).
+B cache modifier, B layout, A convert). Tuples of the first six fields are still plans (defaults fill
+the rest).
 - sm_90: measured (NVIDIA H200, torch 2.11 cu130, Triton 3.6, 2026-12-02; median µs in notes/triton.md)
   by a plan-sweep script since replaced by `python -m mxfp4_mm.tune`, which rewrites this table.
 - gfx950: not measured; AMD's tuned configs of aiter's `gemm_a16wfp4` (AITER_CONFIGS below) as the
   prior, with the changes that tests/test_triton_gfx950.py enforces on the AOT-compiled AMDGCN:
   warps never exceed what gives every wave its own MFMAs (BLOCK_N/32 warps for tiles of 16+ rows,
   BLOCK_N/16 below: Triton 3.6 replicates the tile over the surplus waves), no spills (waves_per_eu
-  capped, see `fitted`), and B read with chunked scale loads ("vector") or from B_shuffle
-  ("shuffled").
+  capped, see `fitted`), B read with chunked scale loads ("vector") or from B_shuffle
+  ("shuffled"), and A quantized with the hardware fp4 convert ("hardware").
 """
 
 import collections
