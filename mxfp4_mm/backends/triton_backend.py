@@ -81,8 +81,9 @@ def candidates_for_arch(m: int, n: int, k: int, arch: str, compute_units: int):
 
 
 # B layouts whose kernels have passed compute-sanitizer memcheck on odd shapes (H200, 2026-12-03,
-# tools/sanitize_kernels.py; both arches' plans). A faulting kernel takes the whole process down on
-# AMD GPUs, so the tuner is offered only these.
+# tools/sanitize_kernels.py; both arches' plans, the gfx950 hardware-convert ones with the convert
+# emulated: the same loads). A faulting kernel takes the whole process down on AMD GPUs, so the
+# tuner is offered only these.
 MEMCHECKED_LAYOUTS = ("gather", "vector", "shuffled")
 
 
