@@ -1,0 +1,56 @@
+"""tools/floor_ladder.py: the timing ladder's kernels build on the CPU (nvcc), its geometry rule
+refuses what the kernel cannot read, and on an H100/H200 every rung runs, writes a fresh C and
+leaves its split-K counters at zero."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import make_inputs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+import floor_ladder  # noqa: E402
+
+
+@pytest.mark.parametrize("shape", [(4, 2880, 512), (256, 3072, 1536)])
+def test_every_rung_compiles_without_spills(tmp_path, shape):
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    source = tmp_path / "ladder.cu"
+    source.write_text(floor_ladder.SOURCE)
+    bn, split = floor_ladder.GEOMETRY[shape]
+    for name, a_mode, reduce in floor_ladder.RUNGS:
+        options = floor_ladder.compile_options(shape[1], shape[2], bn, split, a_mode, reduce)
+        built = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", *options, "-o",
+                                str(tmp_path / "ladder.cubin"), str(source)], capture_output=True, text=True)
+        assert built.returncode == 0, (name, built.stderr[-2000:])
+        assert "0 bytes spill stores" in built.stdout + built.stderr, name
+
+
+def test_default_geometries_fit_their_shapes():
+    for (m, n, k), (bn, split) in floor_ladder.GEOMETRY.items():
+        floor_ladder.check_geometry(m, n, k, bn, split)
+
+
+@pytest.mark.parametrize("bn,split", [(48, 2), (64, 3), (64, 4)])
+def test_geometries_the_kernel_cannot_read_are_refused(bn, split):
+    with pytest.raises(ValueError, match="geometry"):
+        floor_ladder.check_geometry(4, 2880, 512, bn, split)  # 2880 % 48 == 0 but 48 % 32 != 0; 512 / 3; 128 K
+
+
+@pytest.mark.gpu
+def test_every_rung_runs_and_resets_its_counters():
+    if not torch.cuda.is_available() or torch.version.hip or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    m, n, k, bn, split = 17, 256, 1024, 64, 4
+    data = make_inputs(m, n, k, seed=5, device="cuda")
+    for name, a_mode, reduce in floor_ladder.RUNGS:
+        run = floor_ladder.make_runner(m, n, k, torch.device("cuda"), bn, split, a_mode, reduce)
+        first, second = run(data[0], data[2], data[4]), run(data[0], data[2], data[4])
+        torch.cuda.synchronize()
+        assert first.shape == (m, n) and first.dtype == torch.bfloat16 and first.data_ptr() != second.data_ptr()
+        assert int(run.counters.abs().sum()) == 0, name
