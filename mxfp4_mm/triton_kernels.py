@@ -230,19 +230,19 @@ def _a_operand(a_ptrs, a_scale_ptrs, k_left, EVEN_K: tl.constexpr, A_PREQUANTIZE
     """A's codes and scales for one K step: quantized here from bf16 (a_ptrs: bf16 elements, or
     int32 bf16 pairs for the convert), or read (the pre-quantized baseline). k_left = K elements
     left from this step's start (only read without EVEN_K)."""
-    if A_PREQUANTIZED:
+    if A_PREQUANTIZED or A_CONVERT != A_ARITHMETIC:  # rows of BLOCK_K/2 code bytes or bf16 pairs
         if EVEN_K:
-            codes = tl.load(a_ptrs)
-            scales = tl.load(a_scale_ptrs)
+            half = tl.load(a_ptrs)
         else:
-            codes = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K // 2)[None, :] < k_left // 2, other=0)
-            scales = tl.load(a_scale_ptrs, mask=tl.arange(0, BLOCK_K // 32)[None, :] < k_left // 32, other=0)
-    elif A_CONVERT != A_ARITHMETIC:
-        if EVEN_K:
-            pairs = tl.load(a_ptrs)
+            half = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K // 2)[None, :] < k_left // 2, other=0)
+        if A_PREQUANTIZED:
+            codes = half
+            if EVEN_K:
+                scales = tl.load(a_scale_ptrs)
+            else:
+                scales = tl.load(a_scale_ptrs, mask=tl.arange(0, BLOCK_K // 32)[None, :] < k_left // 32, other=0)
         else:
-            pairs = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K // 2)[None, :] < k_left // 2, other=0)
-        codes, scales = quantize_mxfp4_pairs(pairs, BLOCK_M, BLOCK_K, A_CONVERT)
+            codes, scales = quantize_mxfp4_pairs(half, BLOCK_M, BLOCK_K, A_CONVERT)
     else:
         if EVEN_K:
             x = tl.load(a_ptrs)
@@ -397,17 +397,15 @@ def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, c_ptr, partial_ptr, cou
     k_begin = tl.program_id(1) * steps_per_split * BLOCK_K
     steps = tl.minimum(steps_per_split, tl.cdiv(K - k_begin, BLOCK_K))
     rows = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M  # rows past M wrap; never stored
-    if A_PREQUANTIZED:
-        a_ptrs = a_ptr + rows[:, None].to(tl.int64) * (K // 2) + k_begin // 2 + tl.arange(0, BLOCK_K // 2)[None, :]
-        a_scale_ptrs = (a_scale_ptr + rows[:, None].to(tl.int64) * (K // 32) + k_begin // 32
-                        + tl.arange(0, BLOCK_K // 32)[None, :])
-    elif A_CONVERT != A_ARITHMETIC:
-        a_ptrs = (a_ptr.to(tl.pointer_type(tl.int32)) + rows[:, None].to(tl.int64) * (K // 2) + k_begin // 2
-                  + tl.arange(0, BLOCK_K // 2)[None, :])
-        a_scale_ptrs = a_scale_ptr
+    a_scale_ptrs = a_scale_ptr
+    if A_PREQUANTIZED or A_CONVERT != A_ARITHMETIC:  # rows of K/2 units: code bytes, or bf16 pairs as int32
+        a_units = a_ptr if A_PREQUANTIZED else a_ptr.to(tl.pointer_type(tl.int32))
+        a_ptrs = a_units + rows[:, None].to(tl.int64) * (K // 2) + k_begin // 2 + tl.arange(0, BLOCK_K // 2)[None, :]
+        if A_PREQUANTIZED:
+            a_scale_ptrs = (a_scale_ptr + rows[:, None].to(tl.int64) * (K // 32) + k_begin // 32
+                            + tl.arange(0, BLOCK_K // 32)[None, :])
     else:
         a_ptrs = a_ptr + rows[:, None].to(tl.int64) * K + k_begin + tl.arange(0, BLOCK_K)[None, :]
-        a_scale_ptrs = a_scale_ptr
     b_ptrs, bs_ptrs = _b_pointers(b_ptr, bs_ptr, tile_n, k_begin, N, K, scale_cols_padded, B_LAYOUT,
                                   BLOCK_N, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -422,13 +420,12 @@ def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, c_ptr, partial_ptr, cou
         acc = tl.dot_scaled(a_codes, a_scales, "e2m1", b_codes.T, b_scales, "e2m1", acc)
         a_top = tl.maximum(a_top, a_scales)
         b_top = tl.maximum(b_top, b_scales)
-        if A_PREQUANTIZED:
+        if A_PREQUANTIZED or A_CONVERT != A_ARITHMETIC:
             a_ptrs += BLOCK_K // 2
-            a_scale_ptrs += BLOCK_K // 32
-        elif A_CONVERT != A_ARITHMETIC:
-            a_ptrs += BLOCK_K // 2  # int32 pairs
         else:
             a_ptrs += BLOCK_K
+        if A_PREQUANTIZED:
+            a_scale_ptrs += BLOCK_K // 32
         if B_LAYOUT == B_SHUFFLED:
             b_ptrs += BLOCK_K * 8
         else:
