@@ -67,13 +67,12 @@ def _hip_plans(hip):
 
 def _triton_plans(triton_backend, m, n, k, device):
     """Every Triton plan of both arches' tables and rules that fits (m, n, k), memchecked or not
-    (the AMD-only compile options of the gfx950 plans are left out on NVIDIA; tiles, layouts and
-    split-K are what the sanitizer checks)."""
+    (the AMD-only compile options of the gfx950 plans are left out on NVIDIA and their fp4 convert
+    is emulated; tiles, layouts and split-K are what the sanitizer checks)."""
     units = torch.cuda.get_device_properties(device).multi_processor_count
-    plans = [plan for arch in ("sm_90", "gfx950") for plan in triton_backend.candidates_for_arch(m, n, k, arch, units)]
-    # gfx950's fp4 convert is emulated here: the same loads, packing and stores.
-    emulated = [p._replace(a_convert="emulated") if p.a_convert == "hardware" else p for p in plans]
-    return list(dict.fromkeys(emulated))
+    plans = [triton_backend.with_convert_emulated(plan)
+             for arch in ("sm_90", "gfx950") for plan in triton_backend.candidates_for_arch(m, n, k, arch, units)]
+    return list(dict.fromkeys(plans))
 
 
 def plans_for(name, module, m, n, k, device):

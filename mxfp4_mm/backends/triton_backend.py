@@ -96,6 +96,12 @@ def candidates(m: int, n: int, k: int, device: torch.device):
     return [plan for plan in plans if plan.b_layout in MEMCHECKED_LAYOUTS]
 
 
+def with_convert_emulated(plan: Plan) -> Plan:
+    """The plan runnable on any GPU: gfx950's hardware fp4 convert replaced by its emulation, the
+    kernel otherwise the same (loads, packing, stores)."""
+    return plan._replace(a_convert="emulated") if plan.a_convert == "hardware" else plan
+
+
 def _compile_options(plan: Plan) -> dict:
     options = dict(num_warps=plan.num_warps, num_stages=plan.num_stages)
     if torch.version.hip:
