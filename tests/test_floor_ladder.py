@@ -50,7 +50,7 @@ def test_every_rung_runs_and_resets_its_counters():
     data = make_inputs(m, n, k, seed=5, device="cuda")
     for name, a_mode, reduce in floor_ladder.RUNGS:
         run = floor_ladder.make_runner(m, n, k, torch.device("cuda"), bn, split, a_mode, reduce)
-        first, second = run(data[0], data[2], data[4]), run(data[0], data[2], data[4])
+        first, second = run(data[0], data[2], data[3], data[4]), run(data[0], data[2], data[3], data[4])
         torch.cuda.synchronize()
         assert first.shape == (m, n) and first.dtype == torch.bfloat16 and first.data_ptr() != second.data_ptr()
         assert int(run.counters.abs().sum()) == 0, name

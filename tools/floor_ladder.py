@@ -25,7 +25,6 @@ events around one call), rungs interleaved per repetition, medians in µs.
 import argparse
 import ctypes
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -33,7 +32,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import cuda_lab  # noqa: E402  (tools/, beside this file)
 from mxfp4_mm import bench, floor_kernels, runtime  # noqa: E402
+from mxfp4_mm.backends import cuda  # noqa: E402
 
 # (BN, SPLIT) per benchmark shape: about one CTA per SM, K ranges of whole 256-K scale chunks.
 GEOMETRY = {(4, 2880, 512): (64, 2), (16, 2112, 7168): (64, 4), (32, 4096, 512): (64, 2),
@@ -43,7 +44,6 @@ LOADS_PER_THREAD = 4
 # (name, A_MODE, REDUCE): A_MODE 0 = A once in all, 1 = bf16 per tile, 2 = compact per tile;
 # REDUCE 0 = none (split s writes C rows s mod SPLIT), 1 = cluster shared memory, 2 = global + counter.
 RUNGS = (("pattern", 0, 0), ("A bf16", 1, 0), ("A compact", 2, 0), ("+ cluster sum", 1, 1), ("+ global sum", 1, 2))
-_MAX_DYNAMIC_SHARED_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 SOURCE = r"""
 typedef unsigned int u32;
@@ -162,7 +162,8 @@ def compile_options(n, k, bn, split, a_mode, reduce):
 
 
 def make_runner(m, n, k, device, bn, split, a_mode, reduce):
-    """run(a, b_q, b_scale_sh) -> a fresh C [m, n] (values without meaning)."""
+    """run(a, b_q, b_shuffle, b_scale_sh) -> a fresh C [m, n] (values without meaning; b_shuffle
+    unused), called like the GEMM runners."""
     check_geometry(m, n, k, bn, split)
     device = runtime.normalize_device(device)
     function = runtime.load_module(SOURCE, device, compile_options(n, k, bn, split, a_mode, reduce)).function(
@@ -170,14 +171,14 @@ def make_runner(m, n, k, device, bn, split, a_mode, reduce):
     shared = m * bn * 4 if reduce == 1 else 0
     if shared:
         api = runtime.api_for(device)
-        api.check(api.drv.cuFuncSetAttribute(function.handle, _MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
+        api.check(api.drv.cuFuncSetAttribute(function.handle, cuda._MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
                   "cuFuncSetAttribute")
     launch = function.launcher("ppppppi")
     tiles = n // bn
     partial = torch.empty(split * tiles * m * bn if reduce == 2 else 1, dtype=torch.float32, device=device)
     counters = torch.zeros(tiles, dtype=torch.int32, device=device)
 
-    def run(a, b_q, b_scale_sh):
+    def run(a, b_q, b_shuffle, b_scale_sh):
         out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
         launch((tiles, split, 1), (THREADS, 1, 1), shared, a, b_q, b_scale_sh, out, partial, counters, m)
         return out
@@ -209,17 +210,9 @@ def main(argv=None):
     rows = []
     print("µs, median of", args.reps, "interleaved calls;", ", ".join(name for name, _, _ in RUNGS))
     for (m, n, k), (bn, split) in geometry.items():
-        inputs = [bench.generate_input(m, n, k, 100 + i, device) for i in range(4)]
-        floor = floor_kernels.make_runner(m, n, k, device)
-        runs = {"floor": lambda d: floor(d[0], d[2], d[3], d[4])}
-        for name, a_mode, reduce in RUNGS:
-            runner = make_runner(m, n, k, device, bn, split, a_mode, reduce)
-            runs[name] = lambda d, runner=runner: runner(d[0], d[2], d[4])
-        samples = {name: [] for name in runs}
-        for i in range(args.reps):
-            for name, run in runs.items():
-                samples[name].append(timer.time_us(lambda: run(inputs[i % len(inputs)]))[1])
-        medians = {name: statistics.median(values) for name, values in samples.items()}
+        runs = {"floor": floor_kernels.make_runner(m, n, k, device)}
+        runs.update({name: make_runner(m, n, k, device, bn, split, a_mode, reduce) for name, a_mode, reduce in RUNGS})
+        medians = cuda_lab.interleaved_medians(runs, cuda_lab.input_sets(m, n, k, device), args.reps, timer)
         rows.append({"shape": [m, n, k], "bn": bn, "split": split, "us": medians})
         print(f"{m}x{n}x{k} BN {bn} split {split}".ljust(34)
               + "  ".join(f"{name} {us:6.2f}" for name, us in medians.items()), flush=True)
