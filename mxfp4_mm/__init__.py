@@ -20,11 +20,13 @@ def _as_bytes(t):
 def gemm(a, b_q, b_scale_sh, b_shuffle=None):
     """C [M, N] bf16 = dequant(quant_mxfp4(A)) @ dequant(B)^T, fp32 accumulation.
 
-    A: bf16 [M, K] (K % 64 == 0); B_q: packed fp4 [N, K/2] (N % 16 == 0);
+    A: bf16 [M, K] (K % 64 == 0; M = 0 gives an empty [0, N]); B_q: packed fp4 [N, K/2] (N % 16 == 0);
     B_scale_sh: e8m0 scales after e8m0_shuffle, [R >= N, ceil(K/256)*8];
     B_shuffle: optional shuffle_weight(B_q). Returns a new tensor on every call.
     """
     m, n, k = check_gemm_inputs(a, b_q, b_scale_sh, b_shuffle)
+    if m == 0:  # torch.mm's answer for zero rows; no backend is asked to launch an empty grid
+        return torch.empty((0, n), dtype=torch.bfloat16, device=a.device)
     a = a.contiguous()  # a strided A is read row-major by every backend
     return dispatch.run_gemm(m, n, k, a, _as_bytes(b_q), _as_bytes(b_shuffle), _as_bytes(b_scale_sh))
 

@@ -2,22 +2,8 @@
 
 import torch
 
-from .spec import SCALE_BLOCK
-
-_CODE_DTYPES = {torch.uint8, torch.int8} | {
-    getattr(torch, name) for name in ("float4_e2m1fn_x2",) if hasattr(torch, name)}
-_SCALE_DTYPES = {torch.uint8, torch.int8} | {
-    getattr(torch, name) for name in ("float8_e8m0fnu",) if hasattr(torch, name)}
-
-
-def _require_tensor(name, t):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-
-
-def _require_dtype(name, t, allowed, rule):
-    if t.dtype not in allowed:
-        raise TypeError(f"{name} must be {rule}, got dtype {t.dtype}")
+from .spec import (CODE_DTYPES, CODE_RULE, SCALE_BLOCK, SCALE_DTYPES, SCALE_RULE, _require_dtype,
+                   _require_tensor)
 
 
 def _require_contiguous(name, t):
@@ -45,7 +31,7 @@ _MAX_SIGNATURES = 4096
 def check_gemm_inputs(a, b_q, b_scale_sh, b_shuffle=None):
     """Validate (A, B_q, B_scale_sh[, B_shuffle]); return (M, N, K).
 
-    A: bf16 [M, K], K % 64 == 0. B_q: fp4x2/uint8 [N, K/2], N % 16 == 0.
+    A: bf16 [M, K], K % 64 == 0, any M >= 0 (M = 0 is checked like any other M). B_q: fp4x2/uint8 [N, K/2], N % 16 == 0.
     B_scale_sh: e8m0/uint8 [R, ceil(K/256)*8] with R >= N and R % 32 == 0 (aiter pads R to 256).
     B_shuffle (optional): like B_q. All on A's device; the B tensors contiguous.
     """
@@ -76,18 +62,16 @@ def _check_gemm_inputs(a, b_q, b_scale_sh, b_shuffle):
     if a.dim() != 2:
         raise ValueError(f"A must be 2-D [M, K], got shape {list(a.shape)}")
     m, k = a.shape
-    if m < 1:
-        raise ValueError("A must have at least one row (M >= 1)")
     if k % 64:
         raise ValueError(f"K (A.shape[1]) must be a multiple of 64, got {k}")
-    _require_dtype("B_q", b_q, _CODE_DTYPES, "packed fp4 (uint8 or float4_e2m1fn_x2)")
+    _require_dtype("B_q", b_q, CODE_DTYPES, CODE_RULE)
     if b_q.dim() != 2:
         raise ValueError(f"B_q must be 2-D [N, K/2], got shape {list(b_q.shape)}")
     n = b_q.shape[0]
     if n % 16 or n < 16:
         raise ValueError(f"N (B_q.shape[0]) must be a positive multiple of 16, got {n}")
     _require_shape("B_q", b_q, (n, k // 2))
-    _require_dtype("B_scale_sh", b_scale_sh, _SCALE_DTYPES, "e8m0 bytes (uint8 or float8_e8m0fnu)")
+    _require_dtype("B_scale_sh", b_scale_sh, SCALE_DTYPES, SCALE_RULE)
     rows = b_scale_sh.shape[0] if b_scale_sh.dim() == 2 else -1
     if b_scale_sh.dim() != 2 or rows < n or rows % 32 or b_scale_sh.shape[1] != scale_cols(k):
         raise ValueError(
@@ -96,7 +80,7 @@ def _check_gemm_inputs(a, b_q, b_scale_sh, b_shuffle):
     tensors = [("B_q", b_q), ("B_scale_sh", b_scale_sh)]
     if b_shuffle is not None:
         _require_tensor("B_shuffle", b_shuffle)
-        _require_dtype("B_shuffle", b_shuffle, _CODE_DTYPES, "packed fp4 (uint8 or float4_e2m1fn_x2)")
+        _require_dtype("B_shuffle", b_shuffle, CODE_DTYPES, CODE_RULE)
         _require_shape("B_shuffle", b_shuffle, (n, k // 2))
         tensors.append(("B_shuffle", b_shuffle))
     for name, t in tensors:
