@@ -121,7 +121,7 @@ def shapes_cases(shapes: str, seed: int = 42) -> str:
     lines = []
     for shape in filter(str.strip, shapes.split(";")):
         m, n, k = (int(v) for v in shape.split(","))
-        lines.append(_case_line(m, n, k, seed))
+        lines.append(_case_line(m, n, k, seed))  # main() has checked the shapes
     return "\n".join(lines)
 
 
@@ -572,24 +572,62 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+POPCORN_MODES = ("test", "benchmark", "leaderboard", "profile")
+
+
+def _check_shapes(parser: argparse.ArgumentParser, shapes: str) -> None:
+    """--shapes must name valid task shapes: bad ones are usage errors (exit 2), not tracebacks."""
+    given = [s.strip() for s in shapes.split(";") if s.strip()]
+    if not given:
+        parser.error('--shapes: no shapes given (expected "m,n,k;m,n,k")')
+    for shape in given:
+        try:
+            m, n, k = (int(v) for v in shape.split(","))
+        except ValueError:
+            parser.error(f'--shapes: "{shape}" is not m,n,k (three integers separated by commas)')
+        # reference.generate_input's rules (the task's valid shapes)
+        if m < 1:
+            parser.error(f'--shapes: "{shape}": m must be >= 1')
+        if n < 16 or n % 16:
+            parser.error(f'--shapes: "{shape}": n must be a positive multiple of 16')
+        if k < 64 or k % 64:
+            parser.error(f'--shapes: "{shape}": k must be a positive multiple of 64')
+
+
+def _check_usage(parser: argparse.ArgumentParser, args, fd: Optional[str]) -> None:
+    """Every usage error ends in parser.error: one line on stderr (after the usage) and exit 2."""
+    if args.shapes is not None:
+        _check_shapes(parser, args.shapes)
+    if args.budget_s is not None and not args.budget_s > 0:  # also rejects nan
+        parser.error(f"--budget-s must be > 0, got {args.budget_s:g}")
+    if args.submission and not Path(args.submission).is_file():
+        parser.error(f"--submission: no such file: {args.submission}")
+    if fd:
+        if not fd.isdigit():
+            parser.error(f"POPCORN_FD must be a file descriptor number, got {fd!r}")
+        if args.popcorn_mode not in POPCORN_MODES or not args.popcorn_cases:
+            parser.error(f"with POPCORN_FD set, give MODE FILE with MODE one of {'|'.join(POPCORN_MODES)}")
+    elif args.popcorn_mode:
+        if args.popcorn_mode not in ("test", "benchmark", "leaderboard") or not args.popcorn_cases:
+            parser.error("without POPCORN_FD, MODE FILE must be test|benchmark|leaderboard and a case file")
+        if args.cases or args.shapes:
+            parser.error("give either MODE FILE or --cases/--shapes, not both")
+
+
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    fd = os.getenv("POPCORN_FD")
+    _check_usage(parser, args, fd)
     # Set before the worker is spawned, so the submission sees them when it is imported.
     if args.backend:
         os.environ[BACKEND_ENV] = args.backend
     if args.submission:
         os.environ[SUBMISSION_ENV] = str(Path(args.submission).resolve())
 
-    fd = os.getenv("POPCORN_FD")
     if fd:
-        if not args.popcorn_cases:
-            return 2
         return popcorn_main(int(fd), args.popcorn_mode, args.popcorn_cases, args.budget_s)
     if args.popcorn_mode:  # `eval.py MODE FILE` without POPCORN_FD: the local table
-        if args.popcorn_mode not in ("test", "benchmark", "leaderboard") or not args.popcorn_cases:
-            print("without POPCORN_FD, MODE FILE must be test|benchmark|leaderboard and a case file",
-                  file=sys.stderr)
-            return 2
         args.mode, args.cases = args.popcorn_mode, args.popcorn_cases
     return local_main(args)
 
