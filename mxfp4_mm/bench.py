@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 
 from . import autotune, dispatch, spec
+from .tuning import buildpool, timing, tuner, verify
 
 BENCHMARK_SHAPES = [(4, 2880, 512), (16, 2112, 7168), (32, 4096, 512), (32, 2880, 512),
                     (64, 7168, 2048), (256, 3072, 1536)]
@@ -76,14 +77,9 @@ def floor_of(per_path):
 
 # ---- inputs ---------------------------------------------------------------------------------
 
-def generate_input(m, n, k, seed, device):
-    """(A, B, B_q, B_shuffle, B_scale_sh) the way the harness makes them without aiter."""
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed)
-    a = torch.randn((m, k), dtype=torch.bfloat16, device=device, generator=gen)
-    b = torch.randn((n, k), dtype=torch.bfloat16, device=device, generator=gen)
-    b_q, b_scale = spec.quantize_mxfp4(b)
-    return a, b, b_q, spec.shuffle_weight(b_q), spec.e8m0_shuffle(b_scale)
+generate_input = verify.generate_input  # (A, B, B_q, B_shuffle, B_scale_sh) as the harness makes them
+with_huge_a_block = verify.with_out_of_range_block
+blockwise_exact_reference = verify.blockwise_exact_reference
 
 
 def reference(data):
@@ -91,34 +87,7 @@ def reference(data):
     return spec.reference_gemm(a, b_q, spec.e8m0_unshuffle(b_scale_sh, b_q.shape[0], a.shape[1] // 32))
 
 
-def with_huge_a_block(data):
-    """The inputs with A's last row's first 32-block scaled by 2^70: a block exponent the cuda
-    kernels' folded-scale path cannot hold, so it takes their exact fallback. Judge the result with
-    `blockwise_exact_reference`: on such data the fp32 `reference` depends on the summation order."""
-    a = data[0].clone()
-    a[a.shape[0] - 1, :32] *= 2.0 ** 70
-    return (a,) + tuple(data[1:])
-
-
-def blockwise_exact_reference(data, n_chunk=512):
-    """bf16 C from the exact sum of the dequantized products: each 32-block's dot product in float64
-    (exact: its terms are e2m1 x e2m1 x one power of two), then the block sums in float64. Unlike
-    `reference` (one fp32 matmul), it does not depend on the summation order when one block is huge
-    and its dot product cancels to exactly 0: the order-dependent matmul can then lose the rest of
-    the row (an A block near 2^70 at 5x2112x7168 gives 0.0 where the row's true value is ~20-130)."""
-    a, _, b_q, _, b_scale_sh = data
-    m, k = a.shape
-    n = b_q.shape[0]
-    a_dq = spec.dequantize_mxfp4(*spec.quantize_mxfp4(a.cpu())).double().view(m, k // 32, 32)
-    b_dq = spec.dequantize_mxfp4(b_q.cpu(), spec.e8m0_unshuffle(b_scale_sh.cpu(), n, k // 32)).double()
-    out = torch.empty((m, n), dtype=torch.float64)
-    for n0 in range(0, n, n_chunk):
-        b_part = b_dq[n0:n0 + n_chunk].view(-1, k // 32, 32)
-        out[:, n0:n0 + n_chunk] = torch.einsum("mbi,nbi->mnb", a_dq, b_part).sum(-1)
-    return out.to(torch.bfloat16)
-
-
-harness_close = autotune.harness_close
+harness_close = verify.harness_close
 
 
 # ---- timing ---------------------------------------------------------------------------------
@@ -129,7 +98,7 @@ class Timer:
 
     def __init__(self, device):
         self.on_gpu = device.type == "cuda"
-        self.events = autotune.EventTimer(device) if self.on_gpu else None
+        self.events = timing.EventTimer(device) if self.on_gpu else None
 
     def time_us(self, call):
         """(output, µs) of one call."""
@@ -265,32 +234,50 @@ def extra_paths(case):
 # ---- the first-use tuner against an exhaustive sweep ----------------------------------------
 
 def sweep(case, candidates, timer, reps):
-    """{"backend:label": stats + correct} for every candidate: built (compiles in parallel where
-    the backend allows), checked on every input set, then the correct ones timed, interleaved."""
+    """{"backend:label": stats + correct} for every candidate: compiled in worker processes first,
+    built and checked on every input set, then the correct ones timed, interleaved. Candidates run
+    in this process: the bench is a tool, not a process that must survive a fault."""
     m, n, k = case.shape
-    builder = autotune.Builder(candidates, m, n, k, case.device)
+    if case.device.type == "cuda":
+        pool = buildpool.BuildPool()
+        try:
+            pool.run([(c.backend, m, n, k, str(case.device), c.plan) for c in candidates
+                      if hasattr(c.module, "build") and c.plan is not None], time.time() + 600)
+        finally:
+            pool.close()
     calls, rows = {}, {}
-    try:
-        for candidate in candidates:
-            name = f"{candidate.backend}:{candidate.label}"
-            try:
-                runner = builder.runner(candidate)
-                correct = all(harness_close(runner(*_runner_args(d)), r) for d, r in zip(case.inputs, case.references))
-            except Exception as exc:  # reported in the row, like a wrong result
-                rows[name] = {"correct": False, "error": f"{type(exc).__name__}: {exc}"[:200]}
-                continue
-            if correct:
-                calls[name] = (lambda runner: lambda i: runner(*_runner_args(case.inputs[i])))(runner)
-            else:
-                rows[name] = {"correct": False}
-    finally:
-        builder.close()
+    for candidate in candidates:
+        name = tuner.full_label(candidate)
+        try:
+            runner = tuner.make_runner(candidate, m, n, k, case.device)
+            correct = all(harness_close(runner(*_runner_args(d)), r) for d, r in zip(case.inputs, case.references))
+        except Exception as exc:  # reported in the row, like a wrong result
+            rows[name] = {"correct": False, "error": f"{type(exc).__name__}: {exc}"[:200]}
+            continue
+        if correct:
+            calls[name] = (lambda runner: lambda i: runner(*_runner_args(case.inputs[i])))(runner)
+        else:
+            rows[name] = {"correct": False}
     samples = {name: [] for name in calls}
     for rep in range(reps):
         for name, call in calls.items():
             samples[name].append(timer.time_us(lambda: call(rep % len(case.inputs)))[1])
     rows.update({name: {**stats(samples[name]), "correct": True} for name in calls})
     return rows
+
+
+def head_to_head(case, labels, timer, reps):
+    """{label: median µs} of a few candidates re-timed together, interleaved: the sweep's minimum is
+    biased low (the luckiest of many), so the chosen plan is judged against the best this way."""
+    m, n, k = case.shape
+    by_label = {tuner.full_label(c): c for c in tuner.candidate_list(dispatch.available_backends(case.device),
+                                                                      m, n, k, case.device)[0]}
+    runners = {label: tuner.make_runner(by_label[label], m, n, k, case.device) for label in dict.fromkeys(labels)}
+    samples = {label: [] for label in runners}
+    for rep in range(reps):
+        for label, runner in runners.items():
+            samples[label].append(timer.time_us(lambda: runner(*_runner_args(case.inputs[rep % len(case.inputs)])))[1])
+    return {label: stats(s)["median_us"] for label, s in samples.items()}
 
 
 def _first_call_s(case):
@@ -310,8 +297,9 @@ def _first_call_s(case):
 
 
 def autotune_check(shapes, reps, pool, device, progress=sys.stderr):
-    """{shape key: chosen, chosen_us, best, best_us, tune_s, candidates}: all first calls first
-    (as in the harness, which runs every case in one process), then the sweeps."""
+    """{shape key: chosen, chosen_us, best, best_us, tune_s, candidates, ...}: all first calls first
+    (as in the harness, which runs every case in one process), then the exhaustive sweeps; the
+    chosen plan and the sweep's best are then re-timed head to head (`ratio`)."""
     cases, firsts = [], []
     for index, shape in enumerate(shapes):
         cases.append(Case(*shape, 2000 + index, pool, device))
@@ -320,52 +308,67 @@ def autotune_check(shapes, reps, pool, device, progress=sys.stderr):
     timer = Timer(device)
     report = {}
     for case, (tune_s, chosen) in zip(cases, firsts):
-        candidates = autotune.candidate_list(dispatch.available_backends(device), *case.shape, device)[0]
+        candidates = tuner.candidate_list(dispatch.available_backends(device), *case.shape, device)[0]
         rows = sweep(case, candidates, timer, reps)
         timed = {name: row["median_us"] for name, row in rows.items() if row["correct"]}
         best = min(timed, key=timed.get) if timed else None
-        report[shape_key(case.shape)] = {
+        row = report[shape_key(case.shape)] = {
             "chosen": chosen, "chosen_us": timed.get(chosen), "best": best, "best_us": timed.get(best),
             "tune_s": tune_s, "candidates": len(candidates), "wrong": sorted(set(rows) - set(timed))}
-        row = report[shape_key(case.shape)]
-        ratio = f"{row['chosen_us'] / row['best_us']:.3f}" if row["chosen_us"] and row["best_us"] else "-"
-        print(f"  {shape_key(case.shape)}: chosen/best {ratio} over {len(candidates)} candidates", file=progress,
-              flush=True)
+        if best and chosen in timed:
+            again = head_to_head(case, [chosen, best], timer, 3 * reps)
+            row.update(chosen_h2h_us=again[chosen], best_h2h_us=again[best], ratio=again[chosen] / again[best])
+        print(f"  {shape_key(case.shape)}: chosen/best {row.get('ratio', float('nan')):.3f} "
+              f"over {len(candidates)} candidates", file=progress, flush=True)
     return report
 
 
 def autotune_table(report):
     lines = [f"{'shape':>16} {'tune s':>7} {'chosen µs':>10} {'best µs':>8} {'ratio':>6}  chosen / best"]
     for key, row in report.items():
-        ratio = row["chosen_us"] / row["best_us"] if row["chosen_us"] and row["best_us"] else float("nan")
+        ratio = row.get("ratio", float("nan"))
         lines.append(f"{key:>16} {row['tune_s']:>7.2f} {row['chosen_us'] or float('nan'):>10.2f} "
                      f"{row['best_us'] or float('nan'):>8.2f} {ratio:>6.3f}  {row['chosen']} / {row['best']}")
     return "\n".join(lines)
 
 
 def _use_empty_caches():
-    """Kernel caches (ours and Triton's) in fresh folders: a cold start."""
+    """Kernel caches and tuning records (ours and Triton's) in fresh folders: a cold start."""
     root = Path(tempfile.mkdtemp(prefix="mxfp4_mm_cold_"))
     os.environ["MXFP4_MM_CACHE_DIR"] = str(root / "mxfp4_mm")
     os.environ["TRITON_CACHE_DIR"] = str(root / "triton")
 
 
+def _compile_step(seconds):
+    """`python -m mxfp4_mm.prepare`, as the runner's compile step runs before each mode: (s, output)."""
+    import subprocess
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "mxfp4_mm.prepare", "--deadline-s", str(seconds)],
+                          capture_output=True, text=True, timeout=seconds + 60)
+    return time.perf_counter() - started, done.stdout + done.stderr
+
+
 def run_autotune(args, device):
     """--autotune: the tuner's check, merged into the device's JSON."""
-    os.environ[autotune.MEMO_ENV] = "0"  # measure tuning, not a remembered choice
     if args.cold:
         _use_empty_caches()
+    compile_s = None
+    if not args.no_compile_step:
+        compile_s, output = _compile_step(float(os.environ.get("MXFP4_MM_PREPARE_DEADLINE_S", 100)))
+        print(output, end="")
     shapes = BENCHMARK_SHAPES + TEST_SHAPES if args.shapes == "bench" else parse_shapes(args.shapes)
     report = autotune_check(shapes, args.reps or 50, args.pool or 4, device)
     json_path = args.out / f"{device_slug(device_description(device))}.json"
     existing = json.loads(json_path.read_text()) if json_path.exists() else {"device": device_description(device)}
-    existing["autotune"] = report  # {"MxNxK": {"chosen", "chosen_us", "best", "best_us", "tune_s", ...}}
+    existing["autotune"] = report  # {"MxNxK": {"chosen", "chosen_us", "best", "best_us", "ratio", "tune_s", ...}}
     existing["autotune_run"] = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                                 "torch": versions()[0], "triton": versions()[1], "cold": bool(args.cold),
-                                "budget_s": autotune.budget_s()}
+                                "compile_step_s": compile_s, "budget_s": autotune.budget_s()}
     args.out.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(existing, indent=1))
     print(autotune_table(report))
+    within = sum(1 for row in report.values() if row.get("ratio", float("inf")) <= 1.03)
+    print(f"chosen within 1.03x of the best (head to head): {within}/{len(report)} shapes")
     print(f"wrote the autotune section of {json_path}")
     return 0
 
@@ -522,7 +525,9 @@ def main(argv=None):
     parser.add_argument("--plot-only", type=Path, help="re-draw the PNG of a result JSON")
     parser.add_argument("--autotune", action="store_true",
                         help="first-use tuning vs an exhaustive sweep (default shapes: benchmark + test)")
-    parser.add_argument("--cold", action="store_true", help="--autotune with empty kernel caches")
+    parser.add_argument("--cold", action="store_true", help="--autotune with empty kernel caches and records")
+    parser.add_argument("--no-compile-step", action="store_true",
+                        help="--autotune without running `python -m mxfp4_mm.prepare` first")
     args = parser.parse_args(argv)
     if args.plot_only:
         plot(json.loads(args.plot_only.read_text()), args.plot_only.with_suffix(".png"))

@@ -36,19 +36,30 @@ class CompileError(RuntimeError):
     pass
 
 
-def _find_library(names, patterns):
-    """dlopen the first of `names` that loads, else the first file matching `patterns`."""
-    for name in names:
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            pass
-    for pattern in patterns:
-        for path in sorted(glob.glob(pattern, recursive=True), reverse=True):
+def _find_library(names, patterns, patterns_first=False):
+    """dlopen the first of `names` that loads, else the first file matching `patterns` (those first
+    with `patterns_first`)."""
+    def by_name():
+        for name in names:
             try:
-                return ctypes.CDLL(path)
+                return ctypes.CDLL(name)
             except OSError:
                 pass
+        return None
+
+    def by_pattern():
+        for pattern in patterns:
+            for path in sorted(glob.glob(pattern, recursive=True), reverse=True):
+                try:
+                    return ctypes.CDLL(path)
+                except OSError:
+                    pass
+        return None
+
+    for attempt in ((by_pattern, by_name) if patterns_first else (by_name, by_pattern)):
+        library = attempt()
+        if library is not None:
+            return library
     raise OSError(f"none of {names} could be loaded")
 
 
@@ -89,12 +100,14 @@ class _Api:
                 [f"{s}/nvidia/**/libnvrtc.so*" for s in site] + [f"{cuda_home}/lib64/libnvrtc.so*"])
             self.drv = _find_library(["libcuda.so.1", "libcuda.so"], [])
         else:
+            # torch's own copies first: a second HIP runtime in the process (the system's, first on
+            # LD_LIBRARY_PATH) would not see torch's queues or memory.
             self.rtc = _find_library(
                 ["libhiprtc.so", "libhiprtc.so.7", "libhiprtc.so.6"],
-                [f"{torch_lib}/libhiprtc.so*", f"{rocm}/lib/libhiprtc.so*"])
+                [f"{torch_lib}/libhiprtc.so*", f"{rocm}/lib/libhiprtc.so*"], patterns_first=True)
             self.drv = _find_library(
                 ["libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6"],
-                [f"{torch_lib}/libamdhip64.so*", f"{rocm}/lib/libamdhip64.so*"])
+                [f"{torch_lib}/libamdhip64.so*", f"{rocm}/lib/libamdhip64.so*"], patterns_first=True)
         prefix, rtc_symbols, drv_symbols = _SYMBOLS[vendor]
         for attr, symbol in rtc_symbols.items():
             setattr(self, attr, getattr(self.rtc, prefix + symbol))
@@ -109,6 +122,10 @@ class _Api:
 
     def check(self, code, what):
         if code != 0:
+            if self.vendor == "amd":
+                # ROCm keeps a failed call's error pending until read: an unread one would surface
+                # later in an unrelated torch launch.
+                self.drv.hipGetLastError()
             raise RuntimeError(f"{what} failed with {self.vendor} error {code}")
 
 
@@ -279,6 +296,15 @@ stats = {"compiled": 0, "loaded": 0}  # compiler runs and modules loaded by this
 def _count(what):
     with _cache_lock:
         stats[what] += 1
+
+
+def build_code(source: str, device: torch.device, options: tuple = (), arch: str = None) -> bytes:
+    """Compile `source` for `device` into the disk cache (or find it there) without loading it: what
+    a build worker does, so that `load_module` later only loads."""
+    api = api_for(device)
+    target = arch or kernel_arch(device)
+    return _code_object(api, source, _headers_of(source, {}), default_options(device, target) + tuple(options),
+                        target)
 
 
 def load_module(source: str, device: torch.device, options: tuple = (), arch: str = None) -> Module:

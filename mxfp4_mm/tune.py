@@ -7,7 +7,7 @@ backend's fastest correct plan.
     python -m mxfp4_mm.tune --static    # anywhere, no GPU: hip_plans.PLANS = the general rule,
                                         # annotated with the static model
 
-Candidates are the ones the first-use tuner chooses from (autotune.candidate_list), each checked
+Candidates are the ones the first-use tuner chooses from (tuner.candidate_list), each checked
 on every input set of a pool, then timed (bench.sweep: L2 flushed, events around one call, fresh
 input set per repetition, paths interleaved; median). Without --write nothing is rewritten.
 A table keyed by kernel arch first (triton) gets the device's arch; shapes not tuned keep their entry.
@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from . import autotune, bench, dispatch
+from . import bench, dispatch
+from .tuning import tuner
 
 TABLES_DIR = Path(__file__).resolve().parent / "tables"
 TABLE_MODULES = {"cuda": "cuda_plans", "triton": "triton_plans", "hip": "hip_plans"}
@@ -215,14 +216,14 @@ def tune_shapes(shapes, backends, reps, pool, device, progress=sys.stderr):
     for index, shape in enumerate(shapes):
         available = [(name, module) for name, module in dispatch.available_backends(device)
                      if not backends or name in backends]
-        candidates = autotune.candidate_list(available, *shape, device)[0]
+        candidates = tuner.candidate_list(available, *shape, device)[0]
         case = bench.Case(*shape, 3000 + index, pool, device)
         rows = bench.sweep(case, candidates, timer, reps)
         log[bench.shape_key(shape)] = rows
         for backend, (plan, us) in best_per_backend(rows, candidates).items():
             chosen.setdefault(backend, {})[shape] = (plan, us)
             print(f"[{index + 1}/{len(shapes)}] {bench.shape_key(shape)} {backend}: "
-                  f"{autotune.label_of(dispatch.load_backend(backend), plan)} {us:.2f} µs "
+                  f"{tuner.label_of(dispatch.load_backend(backend), plan)} {us:.2f} µs "
                   f"({len(candidates)} candidates, {sum(not r['correct'] for r in rows.values())} wrong)",
                   file=progress, flush=True)
     return chosen, log

@@ -66,16 +66,31 @@ def available_plans():
 PRESHUFFLE_K_STEP = 512
 
 
-def fits(plan: Plan, k: int) -> bool:
-    return plan != A16WFP4_PRESHUFFLE or k % PRESHUFFLE_K_STEP == 0
+# Its B loads wrap rows with `% N` on the unpacked N, not on the [N/16] rows they index: where N is
+# not a multiple of its BLOCK_N (aiter's configs use up to 256) the last tile reads past B_shuffle.
+PRESHUFFLE_N_STEP = 256
+
+
+def fits(plan: Plan, k: int, n: int = None) -> bool:
+    if plan != A16WFP4_PRESHUFFLE:
+        return True
+    return k % PRESHUFFLE_K_STEP == 0 and (n is None or n % PRESHUFFLE_N_STEP == 0)
 
 
 def candidates(m: int, n: int, k: int, device: torch.device):
-    return [plan for plan in available_plans() if fits(plan, k)] if is_available(device) else []
+    return [plan for plan in available_plans() if fits(plan, k, n)] if is_available(device) else []
 
 
 def plan_label(plan: Plan) -> str:
     return plan.kind
+
+
+def plan_family(plan: Plan) -> str:
+    return plan.kind
+
+
+# aiter compiles its Triton kernels inside the first call: a first run includes that compile.
+FIRST_RUN_LIMIT_S = 120.0
 
 
 def _b_shuffle_or_made(b_q, b_shuffle):
@@ -122,7 +137,7 @@ _RUNNERS = {A16WFP4_PRESHUFFLE: _a16wfp4_preshuffle_runner, A16WFP4: _a16wfp4_ru
 
 def make_runner(m: int, n: int, k: int, device: torch.device, plan: Plan = None):
     """The runner for this shape; `plan` (a kind) overrides the prior (the tuner sweeps with it)."""
-    plan = plan or next(p for p in available_plans() if fits(p, k))
+    plan = plan or next(p for p in available_plans() if fits(p, k, n))
     if plan not in _RUNNERS:
         raise ValueError(f"plan: unknown aiter kind {plan!r}; choose from {[p.kind for p in _RUNNERS]}")
     run = _RUNNERS[plan](n, k)

@@ -108,6 +108,20 @@ def plan_label(plan) -> str:
         ("g" if plan.wg else "") + ("f" if plan.f8 else "")
 
 
+def plan_family(plan) -> str:
+    """Plans sharing code paths: the kernel, its MMA, and whether partials are summed (split-K)."""
+    if isinstance(plan, PipePlan):
+        return "pipe" + (".sk" if plan.split_k > 1 else "")
+    return "mma" + (".wg" if plan.wg else "") + (".f8" if plan.f8 else "") + (".sk" if plan.split_k > 1 else "")
+
+
+def build(m: int, n: int, k: int, device: torch.device, plan) -> None:
+    """Compile the plan's kernel into the disk cache (a build worker's job; nothing is loaded)."""
+    source = PIPE_SOURCE if isinstance(plan, PipePlan) else SOURCE
+    runtime.build_code(read_source(source), runtime.normalize_device(device), compile_options(n, k, plan),
+                       compile_target(device, plan))
+
+
 def prepare(m: int, n: int, k: int, device: torch.device, plans) -> None:
     """Compile and load `plans` concurrently (NVRTC runs outside the GIL). A plan that fails to
     build is left for `make_runner` to report."""

@@ -18,7 +18,7 @@ import re
 
 import torch
 
-from .. import dispatch, runtime
+from .. import devices, runtime
 from ..kernels import read_source
 from ..tables import hip_plans
 from ..scratch import split_k_workspace
@@ -63,7 +63,8 @@ def variant_of(plan: hip_plans.Plan) -> Variant:
 
 
 def is_available(device: torch.device) -> bool:
-    return bool(torch.version.hip) and dispatch.device_kind(device) == "gfx950" and runtime.is_available(device)
+    return (bool(torch.version.hip) and device.type == "cuda" and devices.kernel_arch(device) == "gfx950"
+            and runtime.is_available(device))
 
 
 def plan_for(m: int, n: int, k: int) -> hip_plans.Plan:
@@ -109,6 +110,17 @@ def line_info_options() -> tuple:
 
 def _module(m, n, k, device, plan):
     return runtime.load_module(read_source(SOURCE), device, compile_options(m, n, k, plan) + line_info_options())
+
+
+def plan_family(plan: hip_plans.Plan) -> str:
+    """Plans sharing code paths: the tile variant, built generic or specialized, split-K or not."""
+    return plan.variant + (".c" if plan.specialized else "") + (".sk" if plan.split_k > 1 else "")
+
+
+def build(m: int, n: int, k: int, device: torch.device, plan: hip_plans.Plan) -> None:
+    """Compile the plan's build into the disk cache (a build worker's job; nothing is loaded)."""
+    runtime.build_code(read_source(SOURCE), runtime.normalize_device(device),
+                       compile_options(m, n, k, plan) + line_info_options())
 
 
 def prepare(m: int, n: int, k: int, device: torch.device, plans) -> None:
@@ -177,7 +189,7 @@ def make_runner(m: int, n: int, k: int, device: torch.device, plan: hip_plans.Pl
 def make_emulated_runner(m: int, n: int, k: int, device: torch.device, plan: hip_plans.Plan = None):
     """The HIP backend's runner on an NVIDIA device (NVRTC + wave64 emulation): same kernels, same
     plans, same scratch handling. For verification; it is slow."""
-    if torch.version.hip or dispatch.device_kind(device) != "nvidia":
+    if torch.version.hip or device.type != "cuda":
         raise RuntimeError(f"the emulated HIP runner needs an NVIDIA device, got {device}")
     plan = plan or candidates(m, n, k, device)[0]
     return _build_runner(m, n, k, device, plan, fallback_plan(m, n, k, plan))

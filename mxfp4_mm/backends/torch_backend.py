@@ -5,6 +5,7 @@ import torch
 from .. import spec
 
 NAME = "torch"
+REFERENCE = True  # the spec itself: never a tuning candidate, runs no kernel of ours
 
 
 def is_available(device: torch.device) -> bool:

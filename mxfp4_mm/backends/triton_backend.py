@@ -96,6 +96,35 @@ def candidates(m: int, n: int, k: int, device: torch.device):
     return [plan for plan in plans if plan.b_layout in MEMCHECKED_LAYOUTS]
 
 
+def plan_family(plan: Plan) -> str:
+    """Plans sharing code paths: B's layout, A's convert, and whether partials are summed (split-K)."""
+    return f"{plan.b_layout}.{plan.a_convert}" + (".sk" if plan.split_k > 1 else "")
+
+
+def _launch_arguments(m, n, k, plan: Plan, a_prequantized=False):
+    """(grid, tiles, partials shape, the kernel's keyword arguments, split_k, steps) of a launch."""
+    split_k, steps = split_k_steps(-(-k // plan.block_k), plan.split_k)
+    tiles = -(-m // plan.block_m) * -(-n // plan.block_n)
+    partials_shape = (split_k * tiles * plan.block_m * plan.block_n if split_k > 1 else 1,)
+    arguments = dict(kernel_constants(plan, k, split_k, a_prequantized), **_compile_options(plan))
+    return (tiles, split_k), tiles, partials_shape, arguments, split_k, steps
+
+
+def build(m: int, n: int, k: int, device: torch.device, plan: Plan) -> None:
+    """Compile the plan's kernel into Triton's disk cache without launching it (a build worker's
+    job): the launch's own specialization (aligned pointers, the same integers), so the launch finds it."""
+    from .. import triton_kernels
+    from ..validate import scale_cols
+
+    if not fits(plan, n, k):
+        raise ValueError(f"plan: {plan_label(plan)} needs N % 32 == 0 and K % block_k == 0 (N={n}, K={k})")
+    grid, tiles, _, arguments, split_k, steps = _launch_arguments(m, n, k, plan)
+    bf16, u8 = torch.bfloat16, torch.uint8
+    with torch.cuda.device(device):
+        triton_kernels.mxfp4_gemm_kernel.warmup(bf16, bf16, u8, u8, bf16, torch.float32, torch.int32, m, n, k,
+                                                scale_cols(k), split_k, steps, tiles, grid=grid, **arguments)
+
+
 def with_convert_emulated(plan: Plan) -> Plan:
     """The plan runnable on any GPU: gfx950's hardware fp4 convert replaced by its emulation, the
     kernel otherwise the same (loads, packing, stores)."""
@@ -126,12 +155,8 @@ def make_launcher(m, n, k, device, plan: Plan, a_prequantized=False):
         raise ValueError(f"plan: {plan_label(plan)} needs N % 32 == 0 and K % block_k == 0 (N={n}, K={k})")
     if plan.a_convert == "hardware" and kernel_arch(device) != "gfx950":
         raise ValueError(f"plan: {plan_label(plan)} uses gfx950's fp4 convert; this GPU is {kernel_arch(device)}")
-    split_k, steps = split_k_steps(-(-k // plan.block_k), plan.split_k)
-    tiles = -(-m // plan.block_m) * -(-n // plan.block_n)
-    grid = (tiles, split_k)
-    partials_shape = (split_k * tiles * plan.block_m * plan.block_n if split_k > 1 else 1,)
+    grid, tiles, partials_shape, arguments, split_k, steps = _launch_arguments(m, n, k, plan, a_prequantized)
     workspace_key = (NAME, m, n, k, plan, a_prequantized)
-    arguments = dict(kernel_constants(plan, k, split_k, a_prequantized), **_compile_options(plan))
     kernel = triton_kernels.mxfp4_gemm_kernel[grid]
     # The current queue's workspace now, so the first call launches nothing but the GEMM.
     split_k_workspace(device, workspace_key, partials_shape, tiles)

@@ -3,7 +3,9 @@ submission.py, which fills BUNDLED so that read_source works without the files."
 
 from pathlib import Path
 
-BUNDLED: dict = {}
+BUNDLED: dict = {}  # kernel file name -> text, filled by submission.py
+BUNDLED_MODULES: dict = {}  # module name -> source, filled by submission.py (the tuning records' key)
+BUNDLED_FROM: list = []  # the submission file's path, filled by submission.py (child processes load it)
 KERNEL_SUFFIXES = (".hip", ".cu", ".h", ".cuh")
 
 
