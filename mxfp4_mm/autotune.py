@@ -113,7 +113,7 @@ def is_proven(device, shape, candidate) -> bool:
     return candidate.family not in bad and (records.shape_key(shape), tuner.full_label(candidate)) in proven
 
 
-def ensure_proven(device, shape, candidate, backends) -> bool:
+def ensure_proven(device, shape, candidate, backends, names) -> bool:
     """Prove the candidate (in a child, or here with MXFP4_MM_PROVE=inline) unless it is already."""
     if is_proven(device, shape, candidate):
         return True
@@ -122,7 +122,7 @@ def ensure_proven(device, shape, candidate, backends) -> bool:
         return False
     label = tuner.full_label(candidate)
     if prove_inline():
-        tuner.Tuner(device, backends, time.time() + PROVE_LIMIT_S).prove_only(shape, {label})
+        tuner.Tuner(device, backends, names, time.time() + PROVE_LIMIT_S).prove_only(shape, {label})
     else:
         supervise.run_tuner(device, [shape], time.time() + PROVE_LIMIT_S, only=[label])
     return is_proven(device, shape, candidate)
@@ -157,7 +157,7 @@ def pinned(m, n, k):
     return general
 
 
-def pinned_choice(pin, m, n, k, args, backends, device):
+def pinned_choice(pin, m, n, k, args, backends, names, device):
     """The pinned candidate, proven, built and verified; errors are raised (a pin is an explicit
     request). The reference backend may be pinned as "torch:default"."""
     backend, label = pin
@@ -171,7 +171,7 @@ def pinned_choice(pin, m, n, k, args, backends, device):
         offered = ", ".join(tuner.full_label(c) for c in candidates) or "none"
         raise ValueError(f"{PLAN_ENV}: {backend}:{label} is not offered for M={m} N={n} K={k} on {device} "
                          f"(offered: {offered})")
-    if device.type == "cuda" and not ensure_proven(device, (m, n, k), matches[0], backends):
+    if device.type == "cuda" and not ensure_proven(device, (m, n, k), matches[0], backends, names):
         raise RuntimeError(f"{PLAN_ENV}: {backend}:{label} faulted, hung or could not run on {device} "
                            f"for M={m} N={n} K={k} (proven in a child process first)")
     runner, out = _serve(matches[0], m, n, k, device, args, verify.reference_output(m, n, k, args))
@@ -180,7 +180,7 @@ def pinned_choice(pin, m, n, k, args, backends, device):
 
 # ---- the memo, and measuring now ----------------------------------------------------------------
 
-def _measure_now(device, shape, backends, budget):
+def _measure_now(device, shape, backends, names, budget):
     """Tune the shape in a child (or here, inline) within the budget and this process's cap."""
     allowed = min(budget, cap_s() - _spent[0])
     if allowed <= 0:
@@ -188,7 +188,7 @@ def _measure_now(device, shape, backends, budget):
     started = time.time()
     try:
         if prove_inline():
-            tuner.Tuner(device, backends, started + allowed, timer=timing.timer_for(device)).sweep([shape])
+            tuner.Tuner(device, backends, names, started + allowed, timer=timing.timer_for(device)).sweep([shape])
         else:
             supervise.run_tuner(device, [shape], started + allowed)
     finally:
@@ -217,20 +217,20 @@ def _from_memo(memo, m, n, k, args, backends, device, how):
     return None
 
 
-def choose(m, n, k, args, backends, device):
+def choose(m, n, k, args, backends, names, device):
     """A Choice for this shape's first call (pinned, prepared, or measured now), or None: then the
     dispatcher's table path serves. backends = [(name, module)] available on the device, in
-    dispatch order. Only a pin raises."""
+    dispatch order; names = the dispatcher's backend names for the device (the memo's key).
+    Only a pin raises."""
     pin = pinned(m, n, k)
     if pin is not None:
-        return pinned_choice(pin, m, n, k, args, backends, device)
+        return pinned_choice(pin, m, n, k, args, backends, names, device)
     budget = budget_s()
     try:
-        from . import dispatch
-        memo = records.Memo(device, (m, n, k), list(dispatch.candidate_backends(device)))
+        memo = records.Memo(device, (m, n, k), list(names))
         how = "memo"
         if not memo.ranked() and budget > 0:
-            _measure_now(device, (m, n, k), backends, budget)
+            _measure_now(device, (m, n, k), backends, names, budget)
             memo.reload()
             how = "tuned"
         return _from_memo(memo, m, n, k, args, backends, device, how)

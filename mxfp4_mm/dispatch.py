@@ -136,7 +136,8 @@ def _try_backend(name, device, m, n, k, args):
         candidate = _first_plan(name, module, m, n, k, device)
         if candidate is None:
             return None
-        if device.type == "cuda" and not autotune.ensure_proven(device, (m, n, k), candidate, [(name, module)]):
+        if device.type == "cuda" and not autotune.ensure_proven(device, (m, n, k), candidate, [(name, module)],
+                                                                candidate_backends(device)):
             raise RuntimeError(f"{tuner.full_label(candidate)} faulted, hung or failed when first run "
                                f"in a child process for M={m} N={n} K={k}")
         runner = tuner.make_runner(candidate, m, n, k, device)
@@ -160,9 +161,10 @@ def _tuned(m, n, k, args):
         pin = autotune.pinned(m, n, k)  # a pin is checked everywhere: a bad one raises
         if pin is None:
             return None
-        choice = autotune.pinned_choice(pin, m, n, k, args, available_backends(device), device)
+        choice = autotune.pinned_choice(pin, m, n, k, args, available_backends(device), candidate_backends(device),
+                                        device)
     else:
-        choice = autotune.choose(m, n, k, args, available_backends(device), device)
+        choice = autotune.choose(m, n, k, args, available_backends(device), candidate_backends(device), device)
     if choice is None:
         return None
     return Served(choice.backend, choice.label, choice.runner), choice.out

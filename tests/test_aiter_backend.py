@@ -68,13 +68,18 @@ def test_kinds_in_prior_order(fake_aiter):
     assert aiter_backend.candidates(M, N, K, torch.device("cpu")) == []  # not a ROCm device
 
 
-def test_preshuffle_is_offered_only_for_whole_512_k_steps(fake_aiter, monkeypatch):
+def test_preshuffle_is_offered_only_for_whole_512_k_and_256_n_steps(fake_aiter, monkeypatch):
+    """Its kernel reads past B_shuffle where N % 256 != 0 (N = 2880, 2112 in the task)."""
     monkeypatch.setattr(aiter_backend, "is_available", lambda device: True)
     rocm = torch.device("cpu")
-    assert aiter_backend.candidates(M, N, 320, rocm) == [aiter_backend.A16WFP4, aiter_backend.A4W4]
-    assert aiter_backend.candidates(M, N, 1536, rocm)[0] == aiter_backend.A16WFP4_PRESHUFFLE
-    assert aiter_backend.make_runner(M, N, 320, rocm).plan == aiter_backend.A16WFP4
-    assert aiter_backend.make_runner(M, N, 2048, rocm).plan == aiter_backend.A16WFP4_PRESHUFFLE
+    rest = [aiter_backend.A16WFP4, aiter_backend.A4W4]
+    assert aiter_backend.candidates(M, 256, 320, rocm) == rest
+    assert aiter_backend.candidates(M, 256, 1536, rocm)[0] == aiter_backend.A16WFP4_PRESHUFFLE
+    for n in (N, 2880, 2112):
+        assert aiter_backend.candidates(M, n, 1536, rocm) == rest
+    assert aiter_backend.make_runner(M, 256, 320, rocm).plan == aiter_backend.A16WFP4
+    assert aiter_backend.make_runner(M, 2880, 2048, rocm).plan == aiter_backend.A16WFP4
+    assert aiter_backend.make_runner(M, 4096, 2048, rocm).plan == aiter_backend.A16WFP4_PRESHUFFLE
 
 
 def test_without_the_a16wfp4_module_only_a4w4_is_offered(fake_aiter, monkeypatch):

@@ -9,6 +9,7 @@
     buildpool compiles candidates in worker processes, in prior order, with a deadline that holds
     tuner     the loop: build, prove, verify, time, choose; runs in a child process
     supervise runs the tuner in a child, restarts it past a fault, kills it on a hang
+    child     the entry point of those children (the tuner, the build workers)
 
 A kernel's first run happens only in a tuner process (a child): a GPU fault there kills the child,
 never the process the caller needs (on AMD a fault aborts the process).

@@ -3,7 +3,7 @@
 hiprtc compiles one program at a time per process (comgr locks its steps) and Triton's compiler
 holds the GIL, so threads give no parallelism there: processes do, one per core. A build still
 running at the deadline is killed with its worker. Each worker is a fresh interpreter running
-`main(["--worker"])`: it reads one job per line (base64 pickle) and answers one line per job.
+`child.main(["build-worker"])`: it reads one job per line (base64 pickle) and answers one line per job.
 
 A job is (backend name, M, N, K, device, plan); the worker calls the backend's
 `build(m, n, k, device, plan)`, which leaves the compiled code in the on-disk caches (ours and
@@ -15,7 +15,6 @@ import os
 import pickle
 import selectors
 import subprocess
-import sys
 import time
 
 from . import procs
@@ -32,7 +31,7 @@ def default_workers() -> int:
 
 class _Worker:
     def __init__(self, verbose):
-        self.proc = procs.start(__name__, ["--worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = procs.start(procs.CHILD_MODULE, ["build-worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=None if verbose else subprocess.DEVNULL, text=True, bufsize=1)
         self.job = None  # index of the job in flight
 
@@ -116,14 +115,8 @@ class BuildPool:
         self.workers = []
 
 
-def build(job):
-    import torch
-    from .. import dispatch
-    backend, m, n, k, device, plan = job
-    dispatch.load_backend(backend).build(m, n, k, torch.device(device), plan)
-
-
-def worker_loop(lines, out):
+def worker_loop(lines, out, build):
+    """A build worker's life (`child.main(["build-worker"])`): `build(job)` for each job line."""
     for line in lines:
         try:
             build(pickle.loads(base64.b64decode(line)))
@@ -132,12 +125,3 @@ def worker_loop(lines, out):
             answer = {"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
         out.write(ANSWER + json.dumps(answer) + "\n")
         out.flush()
-
-
-def main(argv=None):
-    if list(argv or []) != ["--worker"]:
-        print("usage: the tuner starts this module as a build worker (--worker)", file=sys.stderr)
-        return 2
-    procs.die_with_parent()
-    worker_loop(sys.stdin, sys.stdout)
-    return 0

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 PARENT_ENV = "MXFP4_MM_PARENT_PID"
+CHILD_MODULE = "mxfp4_mm.tuning.child"  # the entry point of every child of ours
 _PR_SET_PDEATHSIG = 1
 # Variables a child must not inherit: the self-benchmark runs at the submission's import.
 _DROPPED_ENV = ("MXFP4_MM_SELFBENCH",)

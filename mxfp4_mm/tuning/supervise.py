@@ -1,4 +1,4 @@
-"""Runs the tuner (`tuner.main`) in a child process and keeps it honest: a child that dies in a
+"""Runs the tuner (`child.main(["tune", ...])`) in a child process and keeps it honest: a child that dies in a
 first run (a GPU fault) is restarted without that family; one whose first run outlasts its limit
 (a hang) is killed, its family marked, and restarted; at the deadline it is killed. The caller's
 process never runs an unproven kernel, and nothing of ours runs once `run_tuner` returns."""
@@ -51,7 +51,7 @@ def run_tuner(device, shapes, deadline, only=(), workers=0, clock=time.time):
     for _ in range(MAX_RESTARTS + 1):
         if clock() >= deadline:
             break
-        proc = procs.start("mxfp4_mm.tuning.tuner", args)
+        proc = procs.start(procs.CHILD_MODULE, ["tune", *args])
         hung = _watch(proc, ledger, deadline + EXIT_GRACE_S, clock)
         if hung is not None:
             ledger.mark(hung["family"], "hang", hung["label"], tuple(map(int, hung["shape"].split("x"))))

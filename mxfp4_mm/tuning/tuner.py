@@ -8,11 +8,9 @@ choice early; then the rest. Every result is saved as soon as known: a kill lose
 candidate in flight, and a later run continues with what is untried. A shape whose sweep is
 complete is not measured again (its choice stays as made).
 
-    python -m mxfp4_mm.tuning.tuner --device cuda:0 --shapes "4,2880,512;16,2112,7168" --deadline EPOCH
-                                    [--only "backend:label,..."]   # prove these, time nothing
+Its process is started by `supervise` through `child` (the entry point of our child processes).
 """
 
-import argparse
 import collections
 import os
 import sys
@@ -20,7 +18,7 @@ import time
 
 import torch
 
-from . import buildpool, procs, records, timing, verify
+from . import records, timing, verify
 
 QUICK_REPS = 3
 FINALISTS = 6
@@ -137,13 +135,14 @@ def prove(candidate, runner, shape, proof, ledger, proven, device):
 class Tuner:
     """Sweeps shapes on one device, recording everything in the ledger and the memos."""
 
-    def __init__(self, device, backends, deadline, pool=None, timer=None, clock=time.time, say=None):
+    def __init__(self, device, backends, names, deadline, pool=None, timer=None, clock=time.time, say=None):
+        """backends: [(name, module)] available, in dispatch order; names: the dispatcher's backend
+        names for the device (the memo's key: configuration, not availability)."""
         self.device, self.backends, self.deadline = device, backends, deadline
+        self.names = list(names)
         self.pool, self.clock = pool, clock
         self.timer = timer
         self.ledger = records.ledger_for(device)
-        from .. import dispatch
-        self.names = list(dispatch.candidate_backends(device))  # the memo's key: configuration, not availability
         self.wrong_families = set()  # dropped for this process
         self.say = say or (lambda text: None)
         self._proofs = {}
@@ -281,8 +280,9 @@ class Tuner:
         news = len(memo.data["timed"]) != timed_before or memo.data["chosen"] is None
         if news and self.clock() < self.deadline:
             self._finals(shape, memo)
+        if width is None and self.clock() < self.deadline:
             untried = [c for c in self.offered(shape) if full_label(c) not in memo.tried()]
-            memo.data["complete"] = width is None and not untried
+            memo.data["complete"] = not untried and memo.data["chosen"] is not None
         memo.save()
 
     def prove_only(self, shape, labels):
@@ -295,40 +295,5 @@ class Tuner:
         memo.save()
 
 
-# ---- the child's entry point --------------------------------------------------------------------
-
 def parse_shapes(text):
     return [tuple(int(v) for v in part.split(",")) for part in text.split(";") if part.strip()]
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", required=True)
-    parser.add_argument("--shapes", required=True)
-    parser.add_argument("--deadline", type=float, required=True, help="epoch seconds")
-    parser.add_argument("--only", default="", help="comma-separated backend:label to prove, no timing")
-    parser.add_argument("--workers", type=int, default=0)
-    args = parser.parse_args(argv)
-    procs.die_with_parent()
-    from .. import dispatch
-    device = torch.device(args.device)
-    verbose = os.environ.get("MXFP4_MM_TUNE_VERBOSE", "0") not in ("", "0")
-    say = (lambda text: print(f"mxfp4_mm tuner: {text}", file=sys.stderr, flush=True)) if verbose else None
-    shapes = parse_shapes(args.shapes)
-    backends = dispatch.available_backends(device)
-    if args.only:
-        tuner = Tuner(device, backends, args.deadline, say=say)
-        for shape in shapes:
-            tuner.prove_only(shape, set(args.only.split(",")))
-        return 0
-    pool = buildpool.BuildPool(args.workers or None, verbose=verbose)
-    try:
-        tuner = Tuner(device, backends, args.deadline, pool=pool, timer=timing.timer_for(device), say=say)
-        tuner.sweep(shapes)
-    finally:
-        pool.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
