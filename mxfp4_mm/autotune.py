@@ -20,6 +20,7 @@ Environment:
 
 import collections
 import os
+import sys
 import time
 import warnings
 
@@ -76,6 +77,14 @@ def prove_inline() -> bool:
     if mode not in ("child", "inline"):
         raise ValueError(f"{PROVE_ENV}={mode!r}: must be 'child' or 'inline'")
     return mode == "inline"
+
+
+def verbose() -> bool:
+    return os.environ.get(VERBOSE_ENV, "0") not in ("", "0")
+
+
+def _say(text):
+    print(f"mxfp4_mm tuner: {text}", file=sys.stderr, flush=True)
 
 
 def should_tune(device: torch.device) -> bool:
@@ -188,7 +197,8 @@ def _measure_now(device, shape, backends, names, budget):
     started = time.time()
     try:
         if prove_inline():
-            tuner.Tuner(device, backends, names, started + allowed, timer=timing.timer_for(device)).sweep([shape])
+            tuner.Tuner(device, backends, names, started + allowed, timer=timing.timer_for(device),
+                        say=_say if verbose() else None).sweep([shape])
         else:
             supervise.run_tuner(device, [shape], started + allowed)
     finally:
@@ -226,6 +236,7 @@ def choose(m, n, k, args, backends, names, device):
     if pin is not None:
         return pinned_choice(pin, m, n, k, args, backends, names, device)
     budget = budget_s()
+    prove_inline()  # settings are checked up front: a bad one raises
     try:
         memo = records.Memo(device, (m, n, k), list(names))
         how = "memo"

@@ -266,12 +266,24 @@ def sweep(case, candidates, timer, reps):
     return rows
 
 
-def head_to_head(case, labels, timer, reps):
-    """{label: median µs} of a few candidates re-timed together, interleaved: the sweep's minimum is
-    biased low (the luckiest of many), so the chosen plan is judged against the best this way."""
+def _offered(case, served=None):
+    """The tuner's candidates for the case, and the plan that served if it is not one of them (the
+    reference backend, which serves on a CPU and is never a tuning candidate)."""
+    backends = dispatch.available_backends(case.device)
+    candidates = tuner.candidate_list(backends, *case.shape, case.device)[0]
+    backend, _, label = (served or "").partition(":")
+    if served and served not in {tuner.full_label(c) for c in candidates} and label == "default":
+        module = dict(backends).get(backend)
+        if module is not None:
+            candidates.append(tuner.Candidate(backend, module, None, label, served))
+    return candidates
+
+
+def head_to_head(case, labels, candidates, timer, reps):
+    """{label: median µs} of a few of the candidates re-timed together, interleaved: the sweep's
+    minimum is biased low (the luckiest of many), so the chosen plan is judged against the best this way."""
     m, n, k = case.shape
-    by_label = {tuner.full_label(c): c for c in tuner.candidate_list(dispatch.available_backends(case.device),
-                                                                      m, n, k, case.device)[0]}
+    by_label = {tuner.full_label(c): c for c in candidates}
     runners = {label: tuner.make_runner(by_label[label], m, n, k, case.device) for label in dict.fromkeys(labels)}
     samples = {label: [] for label in runners}
     for rep in range(reps):
@@ -308,7 +320,7 @@ def autotune_check(shapes, reps, pool, device, progress=sys.stderr):
     timer = Timer(device)
     report = {}
     for case, (tune_s, chosen) in zip(cases, firsts):
-        candidates = tuner.candidate_list(dispatch.available_backends(device), *case.shape, device)[0]
+        candidates = _offered(case, chosen)
         rows = sweep(case, candidates, timer, reps)
         timed = {name: row["median_us"] for name, row in rows.items() if row["correct"]}
         best = min(timed, key=timed.get) if timed else None
@@ -316,7 +328,7 @@ def autotune_check(shapes, reps, pool, device, progress=sys.stderr):
             "chosen": chosen, "chosen_us": timed.get(chosen), "best": best, "best_us": timed.get(best),
             "tune_s": tune_s, "candidates": len(candidates), "wrong": sorted(set(rows) - set(timed))}
         if best and chosen in timed:
-            again = head_to_head(case, [chosen, best], timer, 3 * reps)
+            again = head_to_head(case, [chosen, best], candidates, timer, 3 * reps)
             row.update(chosen_h2h_us=again[chosen], best_h2h_us=again[best], ratio=again[chosen] / again[best])
         print(f"  {shape_key(case.shape)}: chosen/best {row.get('ratio', float('nan')):.3f} "
               f"over {len(candidates)} candidates", file=progress, flush=True)

@@ -8,6 +8,9 @@ import torch
 # Tests pick their backends and plans themselves; first-use tuning (seconds per new shape) would
 # slow every GPU test and could serve a shape from another backend. Tests of the tuner turn it on.
 os.environ.setdefault("MXFP4_MM_TUNE_BUDGET_S", "0")
+# A candidate's first run happens here, not in a child process: in a test a fault is a failure anyway,
+# and a child per shape would multiply the GPU suite's time. Tests of the child path set "child".
+os.environ.setdefault("MXFP4_MM_PROVE", "inline")
 
 from mxfp4_mm import bench, dispatch, spec  # noqa: E402
 

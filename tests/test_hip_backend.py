@@ -99,6 +99,7 @@ def fake_gpu(gfx950_props, monkeypatch):
         return built
 
     monkeypatch.setattr(dispatch, "device_kind", lambda device: "gfx950")
+    monkeypatch.setattr(hip, "is_available", lambda device: True)  # CPU tensors stand in for the GPU's
     monkeypatch.setattr(runtime, "load_module", load_module)
     monkeypatch.setattr(runtime, "current_queue_handle", lambda device: queue["handle"])
     monkeypatch.setattr(scratch, "_workspaces", {})

@@ -121,8 +121,12 @@ class _FakeLibrary:
              "rtc_code": "hiprtcGetCode", "module_load": "hipModuleLoadData", "launch": "hipModuleLaunchKernel"}),
 ])
 def test_api_binds_each_vendors_symbols(monkeypatch, vendor, expected):
-    monkeypatch.setattr(runtime, "_find_library", lambda names, patterns: _FakeLibrary())
+    searched = []
+    monkeypatch.setattr(runtime, "_find_library", lambda names, patterns, patterns_first=False:
+                        searched.append((patterns, patterns_first)) or _FakeLibrary())
     api = runtime._Api(vendor)
+    if vendor == "amd":  # torch's own HIP libraries before the system's: one HIP runtime in the process
+        assert all(first and "torch" in patterns[0] for patterns, first in searched), searched
     for attr, symbol in expected.items():
         assert getattr(api, attr).symbol == symbol, attr
     for attr in ("rtc_compile", "rtc_log_size", "rtc_log", "rtc_destroy", "module_function"):
