@@ -221,6 +221,7 @@ def _from_memo(memo, m, n, k, args, backends, device, how):
             failures.append((label, exc))
             continue
         _warn_failures(failures, (m, n, k))
+        memo.mark_served(label)  # settled: later sweeps leave the shape as it served
         us = memo.data["final"].get(label, memo.data["timed"].get(label))
         return Choice(candidate.backend, candidate.label, candidate.plan, runner, out, how, us)
     _warn_failures(failures, (m, n, k))

@@ -62,7 +62,8 @@ def summary(device, shape) -> str:
     us = d["final"].get(chosen, d["timed"].get(chosen)) if chosen else None
     served = f"{chosen} {us:.2f} us" if chosen else "nothing measured"
     return (f"{records.shape_key(shape)}: {served}; {len(d['timed'])} timed, {len(d['wrong'])} wrong, "
-            f"{len(d['failed'])} failed to build; sweep {'complete' if d['complete'] else 'partial'}")
+            f"{len(d['failed'])} failed to build; sweep {'complete' if d['complete'] else 'partial'}"
+            + (f"; settled (served {d['served']})" if d.get("served") else ""))
 
 
 def prepare(shapes, seconds, workers=0):

@@ -4,6 +4,7 @@ the memo later, pins, budgets, and that tuner trouble never fails a call; on a G
 the real backends and the tuner in a child process."""
 
 import collections
+import time
 import types
 
 import pytest
@@ -347,3 +348,16 @@ def test_best_per_backend_skips_wrong_and_default_plans():
             "fast:fwrong": {"correct": False}, "slow:s1": {"correct": True, "median_us": 9.0}}
     best = tune.best_per_backend(rows, candidates)
     assert {name: (plan.name, us) for name, (plan, us) in best.items()} == {"fast": ("f2", 3.0), "slow": ("s1", 9.0)}
+
+
+def test_a_served_choice_settles_the_shape(gpu_like, monkeypatch):
+    """Once a process served a choice, later sweeps leave the shape alone: the next processes (the
+    benchmark run, then the ranked run) serve the same plan."""
+    mxfp4_mm.custom_kernel(_data())
+    memo = _memo()
+    assert memo.data["served"] == "fast:f2" and memo.settled()
+    faster = fake_backend("fast", [FakePlan("f0", 0.1, GOOD)] + FAST.candidates(*SHAPE, CPU))
+    backends = [("fast", faster), ("slow", SLOW)]
+    timer = FakeTimer()
+    tuner.Tuner(CPU, backends, NAMES, time.time() + 30, timer=timer).sweep([SHAPE])
+    assert timer.timed == [] and _memo().data["chosen"] == "fast:f2"

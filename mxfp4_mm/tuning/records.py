@@ -234,8 +234,10 @@ class Memo:
 
     data = {"shape", "backends", "timed": {label: quick µs}, "wrong": {label: why},
             "failed": {label: why} (build errors), "chosen": label or None, "chosen_us",
-            "final": {label: µs}, "complete": bool (every candidate was tried), "updated": epoch}
-    Labels are "backend:plan label"."""
+            "final": {label: µs}, "complete": bool (every candidate was tried),
+            "served": label or None (what a process served from these records), "updated": epoch}
+    Labels are "backend:plan label". Once a choice has served, the shape is settled: later sweeps leave
+    it alone, so every later process (the benchmark run, then the ranked run) serves the same plan."""
 
     def __init__(self, device, shape, backends):
         self.shape = tuple(shape)
@@ -243,7 +245,7 @@ class Memo:
         self.path = records_dir(device) / f"memo-{shape_key(shape)}-{_digest(self.backends)}.json"
         self.data = self._read() or {"shape": list(self.shape), "backends": self.backends, "timed": {},
                                      "wrong": {}, "failed": {}, "chosen": None, "chosen_us": None,
-                                     "final": {}, "complete": False}
+                                     "final": {}, "complete": False, "served": None}
 
     def _read(self):
         try:
@@ -266,6 +268,15 @@ class Memo:
         except OSError:
             pass  # a read-only cache only costs measuring again
 
+    def settled(self) -> bool:
+        """Nothing more to measure: every candidate was tried, or a choice has served."""
+        return bool(self.data["complete"] or self.data.get("served"))
+
+    def mark_served(self, label):
+        if self.data.get("served") != label:
+            self.data["served"] = label
+            self.save()
+
     def tried(self) -> set:
         d = self.data
         return set(d["timed"]) | set(d["wrong"]) | set(d["failed"])
@@ -274,7 +285,8 @@ class Memo:
         """Timed labels, fastest first: the final re-timing where there is one, else the quick one."""
         d = self.data
         order = sorted(d["timed"], key=lambda label: (d["final"].get(label, d["timed"][label]), label))
-        if d["chosen"] in order:
-            order.remove(d["chosen"])
-            order.insert(0, d["chosen"])
+        for first in (d["chosen"], d.get("served")):  # what served before, else the choice, leads
+            if first in order:
+                order.remove(first)
+                order.insert(0, first)
         return order

@@ -160,7 +160,7 @@ class Tuner:
 
     def _untried(self, shape, width):
         memo = self.memo(shape)
-        if memo.data["complete"]:
+        if memo.settled():
             return []
         offered = self.offered(shape)
         return [c for c in offered[:width] if full_label(c) not in memo.tried()]
@@ -249,23 +249,33 @@ class Tuner:
     # -- the sweep
 
     def sweep(self, shapes):
-        """Both passes over `shapes`, as far as the deadline allows."""
-        for width in (FIRST_PASS, None):
-            per_shape = [[(shape, c) for c in self._untried(shape, width)] for shape in shapes]
-            # built rank by rank across shapes, so a cut build phase leaves every shape its likeliest plans
-            todo = [row[rank] for rank in range(max(map(len, per_shape), default=0)) for row in per_shape
-                    if rank < len(row)]
-            failed, cut = self._build(todo)
-            for shape in shapes:
-                if self.clock() >= self.deadline:
-                    return
-                if not self.memo(shape).data["complete"]:  # a complete sweep's choice stays as made
-                    self._sweep_shape(shape, width, [c for s, c in todo if s == shape], failed, cut)
+        """Both passes over `shapes` (listed by priority), as far as the deadline allows: first every
+        shape's likeliest plans, built rank by rank across shapes so that a cut build phase leaves
+        each shape its likeliest; then the rest, shape by shape."""
+        self._pass([(shape, self._untried(shape, FIRST_PASS)) for shape in shapes], FIRST_PASS)
+        for shape in shapes:
+            if self.clock() >= self.deadline:
+                return
+            self._pass([(shape, self._untried(shape, None))], None)
+
+    def _pass(self, per_shape, width):
+        rows = [[(shape, c) for c in todo] for shape, todo in per_shape]
+        todo = [row[rank] for rank in range(max(map(len, rows), default=0)) for row in rows if rank < len(row)]
+        started = self.clock()
+        failed, cut = self._build(todo)
+        if todo:
+            self.say(f"built {len(todo) - len(cut)} of {len(todo)} in {self.clock() - started:.1f} s "
+                     f"({len(failed)} failed)")
+        for shape, _ in per_shape:
+            if self.clock() >= self.deadline:
+                return
+            if not self.memo(shape).settled():  # a settled shape's choice stays as it is
+                self._sweep_shape(shape, width, [c for s, c in todo if s == shape], failed, cut)
 
     def _sweep_shape(self, shape, width, todo, failed, cut):
         memo = self.memo(shape)
         proven, _, _ = self.ledger.state()
-        timed_before = len(memo.data["timed"])
+        timed_before, started = len(memo.data["timed"]), self.clock()
         for candidate in todo:
             label = full_label(candidate)
             if self.clock() >= self.deadline:
@@ -278,8 +288,11 @@ class Tuner:
                 self._measure(shape, candidate, memo, proven)
             memo.save()
         news = len(memo.data["timed"]) != timed_before or memo.data["chosen"] is None
+        measured = self.clock()
         if news and self.clock() < self.deadline:
             self._finals(shape, memo)
+            self.say(f"{records.shape_key(shape)}: {len(memo.data['timed']) - timed_before} measured in "
+                     f"{measured - started:.1f} s, finals {self.clock() - measured:.1f} s -> {memo.data['chosen']}")
         if width is None and self.clock() < self.deadline:
             untried = [c for c in self.offered(shape) if full_label(c) not in memo.tried()]
             memo.data["complete"] = not untried and memo.data["chosen"] is not None
