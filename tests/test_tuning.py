@@ -282,10 +282,15 @@ def test_the_build_pool_builds_in_order_and_kills_what_runs_past_the_deadline(ca
         started = time.time()
         results = pool.run([("plug", 1, 16, 64, "cpu", p) for p in ("ok", "bad", "slow", "ok2")], time.time() + 8)
         assert time.time() - started < 15
+        kept = list(pool.workers)
+        # a later run uses the workers kept from the first (their answers must still come through)
+        again = pool.run([("plug", 1, 16, 64, "cpu", p) for p in ("ok3", "bad")], time.time() + 20)
+        assert kept and all(worker in pool.workers for worker in kept)
     finally:
         pool.close()
     assert results[0] is None and "does not compile" in results[1] and results[2] == "timeout"
     assert results[3] is None
+    assert again[0] is None and "does not compile" in again[1]
     assert descendants() == []
 
 

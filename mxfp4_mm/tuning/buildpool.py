@@ -54,6 +54,8 @@ class BuildPool:
         jobs not started by the deadline are left out."""
         results, queue = {}, list(enumerate(jobs))
         selector = selectors.DefaultSelector()
+        for worker in self.workers:  # kept from an earlier run: their answers come through this selector too
+            selector.register(worker.proc.stdout, selectors.EVENT_READ, worker)
         try:
             while (queue or any(w.job is not None for w in self.workers)) and clock() < deadline:
                 self._hand_out(queue, selector)
