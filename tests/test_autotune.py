@@ -3,7 +3,6 @@ the CPU: a shape's first call measured now (the tuner inline, MXFP4_MM_PROVE=inl
 the memo later, pins, budgets, and that tuner trouble never fails a call; on a GPU, the same with
 the real backends and the tuner in a child process."""
 
-import collections
 import time
 import types
 
@@ -14,52 +13,10 @@ import mxfp4_mm
 from mxfp4_mm import autotune, bench, dispatch
 from mxfp4_mm.tuning import records, timing, tuner, verify
 from conftest import assert_harness_close, make_inputs, reference_output
+from fake_backends import BUILD_FAILS, FLAKY, GOOD, WRONG, FakePlan, FakeTimer, fake_backend
 
-FakePlan = collections.namedtuple("FakePlan", "name cost_us behaviour")
-GOOD, WRONG, BUILD_FAILS, FLAKY = "good", "wrong", "build fails", "flaky"
 NAMES = ("fast", "slow", "torch")
 SHAPE = (4, 32, 128)
-
-
-def fake_backend(name, plans):
-    """A backend module offering `plans`; each runner computes the reference (or zeros: wrong;
-    flaky is right on its first `right_runs` runs), and carries its plan so FakeTimer knows its cost."""
-    calls = {"built": []}
-
-    def make_runner(m, n, k, device, plan=None):
-        plan = plan or plans[0]
-        calls["built"].append(plan.name)
-        if plan.behaviour == BUILD_FAILS:
-            raise RuntimeError(f"{plan.name}: compile failed (stand-in)")
-        runs = [0]
-
-        def run(a, b_q, b_shuffle, b_scale_sh):
-            runs[0] += 1
-            out = verify.reference_output(m, n, k, (a, b_q, b_shuffle, b_scale_sh))
-            if plan.behaviour == WRONG or (plan.behaviour == FLAKY and runs[0] > 2):
-                out = torch.zeros_like(out)
-            return out
-
-        run.plan = plan
-        return run
-
-    return types.SimpleNamespace(
-        NAME=name, calls=calls, is_available=lambda device: True, make_runner=make_runner,
-        candidates=lambda m, n, k, device: list(plans), plan_label=lambda plan: plan.name)
-
-
-class FakeTimer:
-    """The plan's cost as its time."""
-
-    def __init__(self):
-        self.timed = []
-
-    def __call__(self, runner, args):
-        plan = getattr(runner, "plan", None) or FakePlan("real", 1e3, GOOD)
-        self.timed.append(plan.name)
-        return plan.cost_us
-
-
 CPU = torch.device("cpu")
 FAST = fake_backend("fast", [FakePlan("f1", 5.0, GOOD), FakePlan("f2", 3.0, GOOD),
                              FakePlan("fbroken", 1.0, BUILD_FAILS), FakePlan("fwrong", 0.5, WRONG)])

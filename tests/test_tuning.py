@@ -2,8 +2,6 @@
 the build pool and the supervisor with real child processes (a backend that crashes and one that
 hangs in their first runs), and that nothing of ours outlives a call."""
 
-import collections
-import json
 import os
 import subprocess
 import sys
@@ -16,52 +14,13 @@ import torch
 
 from mxfp4_mm import dispatch
 from mxfp4_mm.tuning import buildpool, procs, records, supervise, tuner, verify
+from fake_backends import BUILD_FAILS, FLAKY, GOOD, WRONG, FakePlan, FakeTimer, fake_backend
 from process_tree import descendants
 
 CPU = torch.device("cpu")
 SHAPE = (4, 32, 128)
 TESTS_DIR = str(Path(__file__).resolve().parent)
-FakePlan = collections.namedtuple("FakePlan", "name cost_us behaviour family")
-GOOD, WRONG, BUILD_FAILS, FLAKY = "good", "wrong", "build fails", "flaky"
 NAMES = ("fast", "slow", "torch")  # the dispatch order the `cache` fixture sets for the CPU
-
-
-def fake_backend(name, plans):
-    """A backend offering `plans`: each runner computes the reference (or zeros: wrong; flaky is
-    right on its first 2 runs, the proof's, and wrong after)."""
-    built = []
-
-    def make_runner(m, n, k, device, plan=None):
-        plan = plan or plans[0]
-        built.append(plan.name)
-        if plan.behaviour == BUILD_FAILS:
-            raise RuntimeError(f"{plan.name}: compile failed (stand-in)")
-        runs = [0]
-
-        def run(a, b_q, b_shuffle, b_scale_sh):
-            runs[0] += 1
-            out = verify.reference_output(m, n, k, (a, b_q, b_shuffle, b_scale_sh))
-            if plan.behaviour == WRONG or (plan.behaviour == FLAKY and runs[0] > 2):
-                out = torch.zeros_like(out)
-            return out
-
-        run.plan = plan
-        return run
-
-    return types.SimpleNamespace(NAME=name, built=built, is_available=lambda device: True, make_runner=make_runner,
-                                 candidates=lambda m, n, k, device: list(plans), plan_label=lambda plan: plan.name,
-                                 plan_family=lambda plan: plan.family)
-
-
-class FakeTimer:
-    """A runner's plan cost as its time."""
-
-    def __init__(self):
-        self.timed = []
-
-    def __call__(self, runner, args):
-        self.timed.append(runner.plan.name)
-        return runner.plan.cost_us
 
 
 @pytest.fixture
