@@ -91,9 +91,8 @@ def module_sources():
 
 
 def kernel_files():
-    from .kernels import KERNEL_SUFFIXES
-    kernel_dir = PACKAGE_DIR / "kernels"
-    return {p.name: p.read_text() for p in sorted(kernel_dir.iterdir()) if p.suffix in KERNEL_SUFFIXES}
+    from .kernels import source_paths
+    return {name: path.read_text() for name, path in sorted(source_paths().items())}
 
 
 def _dict_literal(name, entries):

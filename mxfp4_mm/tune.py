@@ -17,6 +17,7 @@ import argparse
 import ast
 import datetime
 import importlib
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -26,8 +27,9 @@ import torch
 from . import bench, dispatch
 from .tuning import tuner
 
-TABLES_DIR = Path(__file__).resolve().parent / "tables"
-TABLE_MODULES = {"cuda": "cuda_plans", "triton": "triton_plans", "hip": "hip_plans"}
+# each backend's plan table: a module of its own, data and the rules beside it
+TABLE_MODULES = {"cuda": "mxfp4_mm.tables.cuda_plans", "triton": "mxfp4_mm.tables.triton_plans",
+                 "hip": "mxfp4_mm.backends.hip.plans"}
 BEGIN, END = "# BEGIN PLANS", "# END PLANS"
 TASK_SHAPES = {"tests": bench.TEST_SHAPES, "benchmarks": bench.BENCHMARK_SHAPES}
 
@@ -97,16 +99,20 @@ def replace_plans_text(text: str, rendered: str) -> str:
     raise ValueError("no PLANS assignment found")
 
 
+def table_path(backend) -> Path:
+    return Path(importlib.util.find_spec(TABLE_MODULES[backend]).origin)
+
+
 def write_table(backend, chosen, notes, header_lines, arch=None, path=None):
     """Merge {shape: plan} into the backend's PLANS (under `arch` when the table is keyed by arch)
     and rewrite its text."""
-    module = importlib.import_module(f"{__package__}.tables.{TABLE_MODULES[backend]}")
+    module = importlib.import_module(TABLE_MODULES[backend])
     plans = {key: dict(value) if isinstance(value, dict) else value for key, value in module.PLANS.items()}
     by_arch = any(isinstance(value, dict) for value in plans.values())
     (plans.setdefault(arch, {}) if by_arch else plans).update(chosen)
     existing = list(_leaf_values(module.PLANS))
     as_tuple = all(map(_is_plain_tuple, existing)) if existing else not hasattr(module, "Plan")
-    path = path or TABLES_DIR / f"{TABLE_MODULES[backend]}.py"
+    path = path or table_path(backend)
     rendered = render_plans(plans, notes, as_tuple, header_lines, noted_arch=arch)
     path.write_text(replace_plans_text(path.read_text(), rendered))
     return path
@@ -116,7 +122,7 @@ def write_table(backend, chosen, notes, header_lines, arch=None, path=None):
 
 def mfma_count(m, n, k, variant):
     """Scaled MFMA instructions of the whole launch (the K tail chunk issues fewer steps)."""
-    from .tables import hip_plans
+    from .backends.hip import plans as hip_plans
     groups = 64 // variant.mfma                      # K slices of 32 per MFMA step
     slices = k // 32
     steps = (slices // 8) * (8 // groups) + -(-(slices % 8) // groups)
@@ -125,12 +131,12 @@ def mfma_count(m, n, k, variant):
 
 
 def hbm_bytes(m, n, k, split_k):
-    from .tables import hip_plans
+    from .backends.hip import plans as hip_plans
     return n * k // 2 + n * k // 32 + m * k * 2 + m * n * 2 + hip_plans.partial_bytes(m, n, split_k)
 
 
 def why_rule(m, n, k, variant, split_k):
-    from .tables import hip_plans
+    from .backends.hip import plans as hip_plans
     blocks = hip_plans.grid_blocks(m, n, variant)
     if blocks >= hip_plans.TARGET_BLOCKS:
         tile = f"least L2 traffic of the tiles with >= {hip_plans.TARGET_BLOCKS} blocks"
@@ -146,7 +152,7 @@ def why_rule(m, n, k, variant, split_k):
 
 def static_model(m, n, k, plan):
     from .backends import hip
-    from .tables import hip_plans
+    from .backends.hip import plans as hip_plans
     v = hip.kernel_variants()[plan.variant]
     blocks = hip_plans.grid_blocks(m, n, v) * plan.split_k
     return (f"hbm {hbm_bytes(m, n, k, plan.split_k) / 1e6:.2f} MB, "
@@ -157,7 +163,7 @@ def static_model(m, n, k, plan):
 
 def rule_plan(m, n, k):
     from .backends import hip
-    from .tables import hip_plans
+    from .backends.hip import plans as hip_plans
     return hip_plans.general_plan(m, n, k, [v for v in hip.kernel_variants().values() if v.b_shuffled])
 
 
@@ -188,7 +194,7 @@ def render_static_hip(chosen, why, source_line):
 
 
 def write_static_hip(path=None):
-    path = path or TABLES_DIR / "hip_plans.py"
+    path = path or table_path("hip")
     chosen, why = static_plans(bench.TEST_SHAPES + bench.BENCHMARK_SHAPES)
     rendered = render_static_hip(chosen, why, "static model (python -m mxfp4_mm.tune --static); not measured")
     path.write_text(replace_plans_text(path.read_text(), rendered))

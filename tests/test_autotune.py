@@ -267,13 +267,14 @@ def _load_table(path, name):
                                            ("hip", None)])
 def test_table_writer_merges_one_shape_and_keeps_the_rest(tmp_path, backend, arch):
     from mxfp4_mm import tune
-    from mxfp4_mm.tables import cuda_plans, hip_plans, triton_plans
-    current = {"cuda": cuda_plans, "triton": triton_plans, "hip": hip_plans}[backend].PLANS
+    import importlib
+    from mxfp4_mm.tables import triton_plans
+    current = importlib.import_module(tune.TABLE_MODULES[backend]).PLANS
     old = current[arch] if arch else current
     some_plan = next(iter(triton_plans.PLANS["sm_90"].values())) if backend == "triton" else next(iter(old.values()))
-    name = tune.TABLE_MODULES[backend]
+    name = f"{backend}_plans"
     path = tmp_path / f"{name}.py"
-    path.write_text((tune.TABLES_DIR / f"{name}.py").read_text())
+    path.write_text(tune.table_path(backend).read_text())
     tune.write_table(backend, {(3, 48, 128): some_plan}, {(3, 48, 128): "1.23 us"}, ["stamp line"], arch=arch,
                      path=path)
     text = path.read_text()
@@ -289,7 +290,7 @@ def test_table_writer_merges_one_shape_and_keeps_the_rest(tmp_path, backend, arc
 def test_static_hip_table_is_the_rule_with_its_model(tmp_path):
     from mxfp4_mm import tune
     path = tmp_path / "hip_plans.py"
-    path.write_text((tune.TABLES_DIR / "hip_plans.py").read_text())
+    path.write_text(tune.table_path("hip").read_text())
     tune.write_static_hip(path)
     written = _load_table(path, "hip_plans").PLANS
     chosen, _ = tune.static_plans(bench.TEST_SHAPES + bench.BENCHMARK_SHAPES)

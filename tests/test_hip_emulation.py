@@ -1,4 +1,4 @@
-"""The gfx950 HIP GEMM kernels, run on NVIDIA through arch_nvidia.h (wave64, the scaled MFMA and the
+"""The gfx950 HIP GEMM kernels, run on NVIDIA through arch_gfx950_emulated.h (wave64, the scaled MFMA and the
 fp4 convert emulated), from the very same source that hiprtc compiles for MI355X.
 
 GPU only (@pytest.mark.gpu): every generic variant x split-K on the task shapes and odd shapes against

@@ -1,5 +1,5 @@
 """Compile the HIP kernels for gfx950 on a CPU machine (clang from the ziglang wheel), check their
-ISA statically and record it in mxfp4_mm/kernels/gfx950_resources.md.
+ISA statically and record it in mxfp4_mm/backends/hip/gfx950_resources.md.
 
     python tools/gfx950_build.py                # rewrite the table
     python tools/gfx950_build.py --check        # exit 1 if the table is stale (what CI runs)
@@ -31,12 +31,14 @@ sys.path.insert(0, str(REPO))
 
 from mxfp4_mm import bench  # noqa: E402
 from mxfp4_mm.backends import hip  # noqa: E402
-from mxfp4_mm.tables import hip_plans  # noqa: E402
+from mxfp4_mm.backends.hip import plans as hip_plans  # noqa: E402
+from mxfp4_mm.kernels import source_paths  # noqa: E402
 
-KERNELS = REPO / "mxfp4_mm" / "kernels"
+HIP_ROOM = REPO / "mxfp4_mm" / "backends" / "hip"  # the hip backend's kernels and this table
+SHARED_HEADERS = REPO / "mxfp4_mm" / "kernels"  # headers the backends share (mxfp4_exact.h)
 SOURCE = "mxfp4_gemm.hip"
-HEADERS = ("hip_prelude.h", "arch_gfx950.h", "arch_nvidia.h", "mxfp4_exact.h")
-TABLE = KERNELS / "gfx950_resources.md"
+HEADERS = ("hip_prelude.h", "arch_gfx950.h", "arch_gfx950_emulated.h", "mxfp4_exact.h")
+TABLE = HIP_ROOM / "gfx950_resources.md"
 GEMM_PREFIX = "mxfp4_gemm_"
 CONVERT = "v_cvt_scalef32_pk_fp4_bf16"
 SCALED_MFMA = "v_mfma_scale_f32_"
@@ -119,7 +121,7 @@ def _cache_dir() -> Path:
 def _build_key(options: tuple, version: str) -> str:
     digest = hashlib.sha256()
     for name in (SOURCE,) + HEADERS:
-        digest.update((KERNELS / name).read_bytes())
+        digest.update(source_paths()[name].read_bytes())
     digest.update(repr((FLAGS, options, version)).encode())
     return digest.hexdigest()[:32]
 
@@ -131,7 +133,7 @@ def compile_build(options: tuple = (), version: str = None) -> dict:
     path = _cache_dir() / f"{_build_key(options, version)}.json"
     if path.exists():
         return json.loads(path.read_text())
-    result = clang(*FLAGS, *options, "-S", str(KERNELS / SOURCE), "-o", "-")
+    result = clang(*FLAGS, *options, "-I", str(SHARED_HEADERS), "-S", str(HIP_ROOM / SOURCE), "-o", "-")
     if result.returncode != 0:
         raise RuntimeError(f"gfx950 compile of {SOURCE} {' '.join(options)} failed:\n{result.stderr}")
     build = dict(resources=parse_resources(result.stderr), isa=kernel_isa(result.stdout),

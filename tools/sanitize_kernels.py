@@ -61,7 +61,7 @@ def _cuda_table_plans(cuda, m, n, k):
 
 def _hip_plans(hip):
     """Every kernel variant, unsplit and split 3 ways (uneven over the odd shapes' K chunks)."""
-    from mxfp4_mm.tables import hip_plans
+    from mxfp4_mm.backends.hip import plans as hip_plans
     return [hip_plans.Plan(variant, split_k) for variant in hip.kernel_variants() for split_k in (1, 3)]
 
 

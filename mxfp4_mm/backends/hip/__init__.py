@@ -1,7 +1,7 @@
-"""HIP backend: the gfx950 scaled-MFMA kernels of kernels/mxfp4_gemm.hip, compiled by hiprtc at
+"""HIP backend: the gfx950 scaled-MFMA kernels of mxfp4_gemm.hip (beside this file), compiled by hiprtc at
 first use, one launch per call (A quantized in the kernel, split-K reduced in the same launch).
 
-The plan (variant, split-K, specialized) comes from tables/hip_plans.py: a generic plan runs one
+The plan (variant, split-K, specialized) comes from plans.py (beside this file): a generic plan runs one
 of the variants of the one module that holds them all; a specialized plan runs a build for its shape
 and split (hiprtc -D options: M, N, K, split-K and the tile as compile-time constants). `candidates`
 lists the plans the tuner may time, `prepare` compiles them. Split-K scratch (fp32 partials and
@@ -9,7 +9,7 @@ per-tile counters) comes from `scratch.split_k_workspace`: one per (device, curr
 plan), so two queues never share a mutable buffer.
 
 `make_emulated_runner` runs the same source on NVIDIA: without __AMDGCN__ it compiles through the
-wave64 emulation of arch_nvidia.h with NVRTC. It exists to verify every plan on an H200.
+wave64 emulation of arch_gfx950_emulated.h with NVRTC. It exists to verify every plan on an H200.
 """
 
 import collections
@@ -18,11 +18,11 @@ import re
 
 import torch
 
-from .. import devices, runtime
-from ..kernels import read_source
-from ..tables import hip_plans
-from ..scratch import split_k_workspace
-from ..validate import scale_cols
+from ... import devices, runtime
+from ...kernels import read_source
+from ...scratch import split_k_workspace
+from ...validate import scale_cols
+from . import plans as hip_plans
 
 NAME = "hip"
 SOURCE = "mxfp4_gemm.hip"

@@ -1,5 +1,5 @@
 // The gfx950 side of the arch layer: the only place the kernels touch the hardware.
-// arch_nvidia.h implements the same names on NVIDIA (wave64 emulated exactly).
+// arch_gfx950_emulated.h implements the same names on NVIDIA (wave64 emulated exactly).
 #pragma once
 
 typedef u32 u32x4 __attribute__((ext_vector_type(4)));  // 16 bytes: 32 fp4 codes of one lane

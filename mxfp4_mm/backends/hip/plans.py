@@ -4,7 +4,7 @@ Regenerate:
     python -m mxfp4_mm.tune --backends hip --write   # on an MI355X: time every candidate, rewrite PLANS
     python -m mxfp4_mm.tune --static                 # anywhere: PLANS = general_plan + the static model below
 
-A variant (see mxfp4_mm/kernels/mxfp4_gemm.hip) fixes the tile (tile_m x tile_n), the MFMA shape
+A variant (see mxfp4_gemm.hip, beside this file) fixes the tile (tile_m x tile_n), the MFMA shape
 and the waves per block; its waves take the split's 256-K chunks round-robin. Grid:
 (ceil(N / tile_n), ceil(M / tile_m), split_k). Split s of S covers chunks [s*C/S, (s+1)*C/S).
 A plan with `specialized` runs a build of that tile for one shape and split (M, N, K, split-K as

@@ -16,13 +16,13 @@
 // leave the fp32 range (or A holds NaN/inf) recomputes its tile or split-K partial in scalar fp32 as the
 // spec does (exact_tile: a cold function of its own, so the fast path's code stays as it was).
 //
-// The hardware is reached only through the arch layer: arch_gfx950.h, or arch_nvidia.h, which emulates
+// The hardware is reached only through the arch layer: arch_gfx950.h, or arch_gfx950_emulated.h, which emulates
 // wave64 and the scaled MFMA so this same source runs on NVIDIA for verification.
 #include "hip_prelude.h"
 #if defined(__AMDGCN__)
 #include "arch_gfx950.h"
 #else
-#include "arch_nvidia.h"
+#include "arch_gfx950_emulated.h"
 #endif
 #include "mxfp4_exact.h"
 
