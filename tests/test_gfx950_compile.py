@@ -87,6 +87,6 @@ def test_exact_fallback_is_a_called_function_outside_the_counts(generic, special
     separate symbol in the assembly) that each GEMM calls: inlined, its VALU would count."""
     builds = [generic] + list(specialized.values())
     for build in builds:
-        assert any("exact_tile" in name for name in build["isa"])
+        assert any("exact_partial" in name for name in build["isa"])
         for name, body in gemm_kernels(build).items():
-            assert "s_swappc_b64" in body and "exact_tile" in body, name
+            assert "s_swappc_b64" in body and "exact_partial" in body, name

@@ -202,7 +202,7 @@ def range_kernel(a_ptr, b_ptr, k_ptr, out_ptr, SIZE: tl.constexpr):
 
 
 @triton.jit
-def exact_tile_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, out_ptr, M, N, K, scale_cols_padded,
+def exact_partial_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, out_ptr, M, N, K, scale_cols_padded,
                       k_begin: tl.constexpr, k_end: tl.constexpr,  # the interpreter ranges over Python ints only
                       A_PREQUANTIZED: tl.constexpr, B_LAYOUT: tl.constexpr, BLOCK_M: tl.constexpr,
                       BLOCK_N: tl.constexpr):
@@ -280,7 +280,7 @@ def check_exact_partial():
         for prequantized in (False, True):
             out = torch.empty(4, 64)
             operands = (a_codes, a_scales) if prequantized else (a, a)
-            exact_tile_kernel[(1,)](*operands, b, b_scale_sh, out, m, n, k, b_scale_sh.shape[1], k_begin, k_end,
+            exact_partial_kernel[(1,)](*operands, b, b_scale_sh, out, m, n, k, b_scale_sh.shape[1], k_begin, k_end,
                                     A_PREQUANTIZED=prequantized, B_LAYOUT=b_layout, BLOCK_M=4, BLOCK_N=64)
             bits = out.view(torch.int32)
             assert torch.equal(bits[m], bits[0]) and torch.equal(bits[:m, n:], bits[:m, :16]), (b_layout, prequantized)

@@ -14,7 +14,7 @@
 // a block's exact dot product with a wider range. Each lane tracks the largest scale byte its MFMAs use
 // (one packed max per A or B scale dword, plus a shift for some); a block where a value or product could
 // leave the fp32 range (or A holds NaN/inf) recomputes its tile or split-K partial in scalar fp32 as the
-// spec does (exact_tile: a cold function of its own, so the fast path's code stays as it was).
+// spec does (exact_partial: a cold function of its own, so the fast path's code stays as it was).
 //
 // The hardware is reached only through the arch layer: arch_gfx950.h, or arch_gfx950_emulated.h, which emulates
 // wave64 and the scaled MFMA so this same source runs on NVIDIA for verification.
@@ -505,7 +505,7 @@ __device__ __forceinline__ float exact_b_value(const u8* B, const u8* B_scale_sh
 // The tile's sums over K slices [slice_begin, slice_end) into `tile`, in plain fp32 as the spec's
 // reference GEMM computes them (dequantized A and B, fp32 products and sums; rows past M are 0).
 template <int BLOCK_M, int BLOCK_N, int THREADS, bool B_SHUFFLED>
-__device__ __attribute__((noinline, cold)) void exact_tile(const u16* A, const u8* B, const u8* B_scale_sh, int N, int K,
+__device__ __attribute__((noinline, cold)) void exact_partial(const u16* A, const u8* B, const u8* B_scale_sh, int N, int K,
                                                            int scale_cols, int rows, int m0, int n0, int slice_begin,
                                                            int slice_end, float* tile) {
   for (int i = arch_thread_id(); i < BLOCK_M * BLOCK_N; i += THREADS) {
@@ -617,7 +617,7 @@ __device__ __forceinline__ void gemm(const Problem& p) {
 
   const bool exact = arch_block_any<WAVES>(leaves_fp32_range(acc.scale_bytes));  // also publishes the slices
   if (exact)
-    exact_tile<BLOCK_M, BLOCK_N, 64 * WAVES, B_SHUFFLED>(p.A, p.B, p.B_scale_sh, p.N, p.K, p.scale_cols,
+    exact_partial<BLOCK_M, BLOCK_N, 64 * WAVES, B_SHUFFLED>(p.A, p.B, p.B_scale_sh, p.N, p.K, p.scale_cols,
                                                          min_int(BLOCK_M, p.M - m0), m0, n0, begin * CHUNK_SLICES,
                                                          min_int(end * CHUNK_SLICES, k_slices), tiles);
   write_tile<BLOCK_M, BLOCK_N, 64 * WAVES>(p, m0, n0, tiles, exact ? 1 : slices);
