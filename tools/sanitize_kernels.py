@@ -42,17 +42,17 @@ def inputs(m, n, k, device, extreme):
 
 
 def _cuda_table_plans(cuda, m, n, k):
-    """The distinct plans of the cuda table, and their wgmma twins, that fit (m, n, k), then the v9
-    pipe plans of the shape (offered to the tuner only once they pass here)."""
+    """The distinct plans of the cuda table that fit (m, n, k), then the v9 pipe plans of the shape
+    (offered to the tuner only once they pass here)."""
     from mxfp4_mm.tables import cuda_plans
     is_valid = getattr(cuda, "is_valid", None) or getattr(cuda_plans, "is_valid")
     plans = []
     for fields in cuda_plans.PLANS.values():
         if fields[0] == getattr(cuda_plans, "PIPE", None):
             continue  # a pipe entry: covered by pipe_plans below
-        for plan in (cuda.Plan(*fields), cuda.Plan(*fields)._replace(wg=1)):
-            if plan not in plans and is_valid(m, n, k, plan):
-                plans.append(plan)
+        plan = cuda.Plan(*fields)
+        if plan not in plans and is_valid(m, n, k, plan):
+            plans.append(plan)
     pipe_plans = getattr(cuda_plans, "pipe_plans", None)
     if pipe_plans and torch.cuda.get_device_capability() == (9, 0):
         plans += [plan for plan in pipe_plans(m, n, k) if plan not in plans]

@@ -8,6 +8,8 @@ sanitized on the GPU for the revision; the others need the GPU again.
     python3 tools/sass_diff.py --before HEAD~3                  # the pipe plans offered for the shapes
     python3 tools/sass_diff.py --before 1f9119f --kernel v8     # the v8 kernel's table plans
     python3 tools/sass_diff.py --before HEAD --shapes "64,7168,2048;17,48,576"
+    python3 tools/sass_diff.py --before HEAD~1 --kernel candidates --shapes "16,2112,7168;64,3072,1536"
+        # every plan cuda.candidates offers on an H200 (the table's, the ranked ones, the pipe ones)
 
 Needs nvcc (sm_90a) and cuobjdump (on the PATH, or the one Triton's wheel carries). Prints one line
 per build and a summary; exit status 1 with --fail-on-diff when any build differs.
@@ -30,6 +32,7 @@ from mxfp4_mm.tables import cuda_plans  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = Path("mxfp4_mm/kernels")
+H200_UNITS = 132
 BENCH_SHAPES = "4,2880,512;16,2112,7168;32,4096,512;32,2880,512;64,7168,2048;256,3072,1536"
 _ADDRESS = re.compile(r"/\*[0-9a-f]+\*/")
 _ENCODING = re.compile(r"/\* 0x[0-9a-f]+ \*/")
@@ -93,11 +96,13 @@ def plan_builds(kernel: str, shapes: str) -> list:
         m, n, k = (int(v) for v in item.split(","))
         if kernel == "pipe":
             plans = cuda_plans.pipe_plans(m, n, k)
+        elif kernel == "candidates":  # what the tuner is offered on an H200 (132 SMs, pipe plans too)
+            plans = cuda._candidates(m, n, k, H200_UNITS, True)
         else:  # the table's plan and the cost model's first candidates
             plans = [cuda_plans.plan_for_shape(m, n, k)] + cuda_plans.ranked_plans(m, n, k, limit=8)
         for plan in plans:
             source = cuda.PIPE_SOURCE if isinstance(plan, cuda.PipePlan) else cuda.SOURCE
-            arch = "sm_90" if isinstance(plan, cuda.Plan) and not plan.wg else "sm_90a"
+            arch = "sm_90" if isinstance(plan, cuda.Plan) else "sm_90a"
             builds[(source, cuda.compile_options(n, k, plan), arch)] = None
     return list(builds)
 
@@ -116,7 +121,7 @@ def export_revision(rev: str, target: Path) -> None:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="git revision of the sources to compare against")
-    parser.add_argument("--kernel", choices=("pipe", "v8"), default="pipe")
+    parser.add_argument("--kernel", choices=("pipe", "v8", "candidates"), default="pipe")
     parser.add_argument("--shapes", default=BENCH_SHAPES, help="'m,n,k;m,n,k' (default: the benchmark shapes)")
     parser.add_argument("--fail-on-diff", action="store_true")
     args = parser.parse_args(argv)

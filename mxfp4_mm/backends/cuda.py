@@ -19,7 +19,7 @@ import torch
 from .. import runtime
 from ..kernels import read_source
 from ..tables.cuda_plans import (  # noqa: F401  (re-exported: tests and tools use cuda.<name>)
-    MAX_SMEM, PLANS, WGMMA_BMS, PipePlan, Plan, chunks, chunks_per_warp, compile_options, general_plan, grid,
+    MAX_SMEM, PLANS, PipePlan, Plan, chunks, chunks_per_warp, compile_options, general_plan, grid,
     is_valid, m_class, pipe_plans, pipe_threads, plan_cost, plan_for_shape, ranked_plans, smem_bytes)
 
 NAME = "cuda"
@@ -49,7 +49,6 @@ def plan_for(m: int, n: int, k: int, device: torch.device) -> Plan:
 # ---- the autotuner's interface ----------------------------------------------------------------
 
 MAX_CANDIDATES = 24  # NVRTC builds take ~1 s each (concurrent in `prepare`): tuning stays ~5 s
-F8_TWINS = 3  # e4m3 (F8MMA) twins of the first plans offered; 0 = none
 PIPE_CANDIDATES = 4  # v9 pipe plans offered after the mma.sync plans (sm_90 only; slower on the H200)
 # The tuner may only be offered kernels that passed compute-sanitizer memcheck on odd shapes
 # (tools/sanitize_kernels.py covers the pipe plans either way): the v9.2 pipe kernel has
@@ -57,20 +56,10 @@ PIPE_CANDIDATES = 4  # v9 pipe plans offered after the mma.sync plans (sm_90 onl
 PIPE_MEMCHECKED = True
 
 
-def _f8_twin(m, n, k, plan):
-    twin = plan._replace(f8=1)
-    return twin if not plan.f8 and not plan.wg and is_valid(m, n, k, twin) else None
-
-
 @functools.lru_cache(maxsize=256)
 def _candidates(m, n, k, units, pipe):
     first = plan_for_shape(m, n, k, units)
-    ranked = [first] + [plan for plan in ranked_plans(m, n, k, units, MAX_CANDIDATES) if plan != first]
-    twins = [twin for twin in (_f8_twin(m, n, k, plan) for plan in ranked[:F8_TWINS] if isinstance(plan, Plan)) if twin]
-    plans = []
-    for plan in ranked:
-        plans.append(plan)
-        plans += [twin for twin in twins if isinstance(plan, Plan) and twin == plan._replace(f8=1)]
+    plans = [first] + [plan for plan in ranked_plans(m, n, k, units, MAX_CANDIDATES) if plan != first]
     plans = plans[:MAX_CANDIDATES]
     if pipe:
         plans += [plan for plan in pipe_plans(m, n, k, units, PIPE_CANDIDATES) if plan != first]
@@ -88,31 +77,29 @@ def offers_pipe(device: torch.device) -> bool:
 
 
 def candidates(m: int, n: int, k: int, device: torch.device) -> list:
-    """The plan `plan_for` picks; then the cost model's ranking of the mma.sync plan grid (wgmma plans
-    of that kernel measured slower, notes/cuda.md v7), the first F8_TWINS of them each followed by
-    its e4m3 twin (f8); then, where `offers_pipe`, up to PIPE_CANDIDATES v9 pipe plans by their cost
-    model (last: 2-6 µs slower than the table on the H200, notes/cuda.md v9.2). No compilation."""
+    """The plan `plan_for` picks; then the cost model's ranking of the mma.sync plan grid; then, where
+    `offers_pipe`, up to PIPE_CANDIDATES v9 pipe plans by their cost model (last: 2-6 µs slower than
+    the table on the H200, notes/cuda.md v9.2). No compilation."""
     return list(_candidates(m, n, k, compute_units(device), offers_pipe(device)))
 
 
 def plan_label(plan) -> str:
     """E.g. "m32w6t2k2s1c2r2": rows of M, warps along N, tiles per warp, warps along K, split-K,
-    then cn, ring, wgmma ("g") and e4m3 ("f") where they differ from their defaults. A pipe plan:
+    then cn and ring where they differ from their defaults. A pipe plan:
     "p.n128.m256.s4.k64.q4" (rows of N and M per CTA, split-K, K per chunk, stages), then ".w1" for
     copy warps where there are any and ".c4" for N tiles sharing A where they do."""
     if isinstance(plan, PipePlan):
         label = f"p.n{plan.bn}.m{plan.bm}.s{plan.split_k}.k{plan.kc}.q{plan.stages}"
         return label + (f".w{plan.cw}" if plan.cw else "") + (f".c{plan.cn}" if plan.cn > 1 else "")
     label = f"m{plan.bm}w{plan.wn}t{plan.nt}k{plan.wk}s{plan.split_k}"
-    return label + (f"c{plan.cn}" if plan.cn != 1 else "") + (f"r{plan.ring}" if plan.ring else "") + \
-        ("g" if plan.wg else "") + ("f" if plan.f8 else "")
+    return label + (f"c{plan.cn}" if plan.cn != 1 else "") + (f"r{plan.ring}" if plan.ring else "")
 
 
 def plan_family(plan) -> str:
-    """Plans sharing code paths: the kernel, its MMA, and whether partials are summed (split-K)."""
+    """Plans sharing code paths: the kernel, and whether partials are summed (split-K)."""
     if isinstance(plan, PipePlan):
         return "pipe" + (".sk" if plan.split_k > 1 else "")
-    return "mma" + (".wg" if plan.wg else "") + (".f8" if plan.f8 else "") + (".sk" if plan.split_k > 1 else "")
+    return "mma" + (".sk" if plan.split_k > 1 else "")
 
 
 def build(m: int, n: int, k: int, device: torch.device, plan) -> None:
@@ -140,20 +127,19 @@ def prepare(m: int, n: int, k: int, device: torch.device, plans) -> None:
 # ---- launch ---------------------------------------------------------------------------------
 
 def compile_target(device: torch.device, plan) -> str:
-    """The compile target for `plan`: the device's own, or sm_90a for wgmma and pipe plans (that
-    target runs only on sm_90 GPUs)."""
-    if isinstance(plan, Plan) and not plan.wg:
+    """The compile target for `plan`: the device's own, or sm_90a for pipe plans (that target runs
+    only on sm_90 GPUs)."""
+    if isinstance(plan, Plan):
         return runtime.kernel_arch(device)
     if torch.cuda.get_device_capability(device) != (9, 0):
-        raise ValueError(f"cuda: wgmma plan {plan} needs an sm_90 GPU")
+        raise ValueError(f"cuda: pipe plan {plan} needs an sm_90 GPU")
     return "sm_90a"
 
 
-def _module(n, k, device, plan, extra_options=()):
+def _module(n, k, device, plan):
     """The kernel built for (N, K, plan): one build serves every M."""
     source = PIPE_SOURCE if isinstance(plan, PipePlan) else SOURCE
-    return runtime.load_module(read_source(source), device, compile_options(n, k, plan) + tuple(extra_options),
-                               compile_target(device, plan))
+    return runtime.load_module(read_source(source), device, compile_options(n, k, plan), compile_target(device, plan))
 
 
 def _entry_and_block(plan):
@@ -163,9 +149,8 @@ def _entry_and_block(plan):
     return "mxfp4_gemm", (plan.wn * plan.wk * 32, 1, 1)
 
 
-def make_launcher(m: int, n: int, k: int, device: torch.device, plan, extra_options=()):
-    """launch(a, b_q, b_scale_sh, out): one kernel launch writing out [m, n].
-    extra_options: more -D flags (timing experiments, e.g. tools/cuda_lab.py ablate)."""
+def make_launcher(m: int, n: int, k: int, device: torch.device, plan):
+    """launch(a, b_q, b_scale_sh, out): one kernel launch writing out [m, n]."""
     if not is_valid(m, n, k, plan):
         raise ValueError(f"cuda: invalid plan {plan} for M={m} N={n} K={k}")
     name, block = _entry_and_block(plan)
@@ -173,7 +158,7 @@ def make_launcher(m: int, n: int, k: int, device: torch.device, plan, extra_opti
     if dims[2] > MAX_GRID_Z:
         raise ValueError(f"cuda: M={m} needs {dims[2]} tiles of {plan.bm} rows; at most {MAX_GRID_Z}")
     device = runtime.normalize_device(device)
-    function = _module(n, k, device, plan, extra_options).function(name)
+    function = _module(n, k, device, plan).function(name)
     shared = smem_bytes(m, n, k, plan)
     api = runtime.api_for(device)
     api.check(api.drv.cuFuncSetAttribute(function.handle, _MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
@@ -186,10 +171,10 @@ def make_launcher(m: int, n: int, k: int, device: torch.device, plan, extra_opti
     return run
 
 
-def make_runner(m: int, n: int, k: int, device: torch.device, plan=None, extra_options=()):
+def make_runner(m: int, n: int, k: int, device: torch.device, plan=None):
     """runner(a, b_q, b_shuffle, b_scale_sh) -> fresh C; runner.plan is the plan it runs."""
     plan = plan or plan_for(m, n, k, device)
-    launch = make_launcher(m, n, k, device, plan, extra_options)
+    launch = make_launcher(m, n, k, device, plan)
 
     def run(a, b_q, b_shuffle, b_scale_sh):
         out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)

@@ -43,32 +43,17 @@
 // BM (rows of M per CTA: the wgmma n), SPLITK (CTAs along K), KC (K per chunk: 64 or 128),
 // STAGES (stage ring slots, >= 3), COPY_WARPS (warps that only issue copies; 0: every thread),
 // CN (CTAs along N sharing A's quantization through the cluster: one A slab for the CTA's K range,
-// 1/CN of its rows quantized by each; needs COPY_WARPS > 0), A_SEGMENTS (the slab is exchanged in
-// up to this many segments, each one segment ahead of the MMAs; 1, the default and the fastest
-// measured, = all before the first MMA).
-// Experiments: TIMELINE=1 (thread 0 records phase marks into C instead of the result),
-// FENCE_GPU=1 (the GPU-scoped proxy fence of the first version, for A/B timing),
-// A_PREQUANT=1 (CN == 1: A's quantization left out, results wrong: what a design that
-// quantizes A once per call, not once per N tile, would cost per CTA; timing only),
-// SKIP_B_CONVERT=1 / SKIP_MMA=1 (CN == 1: B's conversion / the wgmmas left out; timing only).
+// 1/CN of its rows quantized by each, all exchanged before the first MMA; needs COPY_WARPS > 0).
+// tables/cuda_plans.py's compile_options writes COPY_WARPS and CN only where they differ from
+// their defaults; without GN the file builds a default plan.
 
 #ifndef GN
 #define GN 256
 #define GK 512
-#endif
-#ifndef BN
 #define BN 128
-#endif
-#ifndef BM
 #define BM 64
-#endif
-#ifndef SPLITK
 #define SPLITK 1
-#endif
-#ifndef KC
 #define KC 64
-#endif
-#ifndef STAGES
 #define STAGES 4
 #endif
 #ifndef COPY_WARPS
@@ -76,28 +61,6 @@
 #endif
 #ifndef CN
 #define CN 1
-#endif
-#ifndef A_SEGMENTS
-#define A_SEGMENTS 1
-#endif
-#ifndef TIMELINE
-#define TIMELINE 0
-#endif
-#ifndef A_PREQUANT
-#define A_PREQUANT 0
-#endif
-#ifndef SKIP_B_CONVERT
-#define SKIP_B_CONVERT 0
-#endif
-#ifndef SKIP_MMA
-#define SKIP_MMA 0
-#endif
-#ifndef FENCE_GPU
-#define FENCE_GPU 0
-#endif
-// Off only in timing experiments.
-#ifndef WIDE_FALLBACK
-#define WIDE_FALLBACK 1
 #endif
 
 #include "mxfp4_exact.h"
@@ -112,12 +75,8 @@ constexpr int CONVERTERS = BN / 64 * 128;          // one warpgroup per 64 rows 
 constexpr int NTHREADS = CONVERTERS + COPY_WARPS * 32;  // copy warps come after the warpgroups
 constexpr int ISSUERS = COPY_WARPS ? COPY_WARPS * 32 : NTHREADS;  // threads issuing copies
 // Copy loops of a copy warp run many iterations: unrolled fully they hoist more addresses than
-// the registers hold. (-DCOPY_UNROLL_OVERRIDE=n sets it, for timing experiments.)
-#ifdef COPY_UNROLL_OVERRIDE
-constexpr int COPY_UNROLL = COPY_UNROLL_OVERRIDE;
-#else
+// the registers hold.
 constexpr int COPY_UNROLL = COPY_WARPS ? 4 : 64;
-#endif
 constexpr int AS_ROWS = BM / CN;                   // rows of A this CTA copies and quantizes
 constexpr int A_STAGE = CN > 1 ? 0 : BM * KC * 2;  // CN > 1: A lives in the slab, not in the ring
 constexpr int BQ_STAGE = BN * KC / 2;
@@ -138,7 +97,6 @@ static_assert(STAGES >= 3, "STAGES: a stage is refilled two chunks after its MMA
 static_assert(COPY_WARPS >= 0 && COPY_WARPS <= 2, "COPY_WARPS");
 static_assert(SPLITK >= 1 && SPLITK <= 8 && SPLITK <= NCHUNK, "SPLITK");
 static_assert(CN == 1 || (COPY_WARPS > 0 && AS_ROWS % 8 == 0 && CN * SPLITK <= 8), "CN: copy warps, 8-row slices, cluster <= 8");
-static_assert(A_SEGMENTS >= 1 && A_SEGMENTS <= 4, "A_SEGMENTS");
 
 #if CN > 1
 #define CLUSTER_ATTR __cluster_dims__(CN, SPLITK, 1)
@@ -391,21 +349,14 @@ __device__ __noinline__ void exact_partial(const Tile& tile, float* part, int ch
 
 // Generic-proxy stores of the operands -> their wgmma (async-proxy) reads.
 __device__ __forceinline__ void proxy_fence() {
-    if (FENCE_GPU) asm volatile("fence.proxy.async;\n" ::: "memory");
-    else asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 // CN == 1: A quantized in place in the stage, this warpgroup's B rows converted, both fenced for
 // the wgmmas. Returns whether a B scale byte was below the folded range.
 __device__ __forceinline__ bool convert_chunk(const Tile& tile, u8* stage, u8* b_op, int lc, int tid, int warp, int lane) {
-#if !A_PREQUANT
     quantize_a_chunk(stage, warp, lane);
-#endif
-#if SKIP_B_CONVERT
-    const bool low = false;
-#else
     const bool low = convert_b_chunk(tile, stage, b_op, lc, tid);
-#endif
     proxy_fence();
     return low;
 }
@@ -413,41 +364,21 @@ __device__ __forceinline__ bool convert_chunk(const Tile& tile, u8* stage, u8* b
 // One chunk's KC/16 wgmmas of this warpgroup (its 64 rows of the B operand at wg_row0), one group.
 __device__ __forceinline__ void issue_chunk_mmas(float (&acc)[BM / 8][4], u32 b_op, u32 a_op, int wg_row0) {
     wgmma_fence();
-#if !SKIP_MMA
 #pragma unroll
     for (int step = 0; step < KC / 16; ++step)
         wgmma_ss_bf16<BM>(acc, operand_desc<BN>(b_op, step, wg_row0), operand_desc<BM>(a_op, step, 0));
-#endif
     wgmma_commit();
 }
-
-#if TIMELINE
-// Thread 0's clock64 marks (see cuda_lab.py's PIPE_PHASES): 0 start, 1 prologue issued, then per
-// chunk c < TL_CHUNKS: 2+3c landed, 3+3c converted, 4+3c MMAs issued; then loop end, partial tile
-// stored, end. Written to C (words [0, TL_MARKS) clock64, then globaltimer start/end, then smid).
-constexpr int TL_CHUNKS = 4;
-constexpr int TL_LOOP = 2 + 3 * TL_CHUNKS, TL_MARKS = TL_LOOP + 3;
-#define MARK(i) do { if (tid == 0) marks[i] = clock64(); } while (0)
-#else
-#define MARK(i) do {} while (0)
-#endif
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1) CLUSTER_ATTR
 mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh,
                 u16* __restrict__ c, const int m_size) {
     extern __shared__ __align__(128) u8 smem[];
     u8* const b_ops = smem + STAGES * STAGE_BYTES;
-#if CN > 1
-    u8* const slab = b_ops + 2 * BOP_BYTES;
-#endif
+    [[maybe_unused]] u8* const slab = b_ops + 2 * BOP_BYTES;  // CN > 1
     // The warp index through a shuffle: ptxas then knows the roles below are warp-uniform and keeps
     // the wgmmas of the converting warps asynchronous (else: C7518, serialized wgmmas).
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xFFFFFFFFu, tid >> 5, 0);
-#if TIMELINE
-    unsigned long long marks[TL_MARKS] = {}, timer_start, timer_end;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(timer_start) :: "memory");
-#endif
-    MARK(0);
     // Warp-uniform roles: the warpgroups convert and multiply (and issue the copies too when there
     // are no copy warps); the COPY_WARPS warps after them issue every copy and nothing else.
     const bool converts = warp < CONVERTERS / 32;
@@ -479,18 +410,16 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
     // CN == 1: A is quantized in place in the stage, so the stage is free once the chunk's MMAs are
     // done (released one chunk later); one named barrier over the converters publishes A.
     // CN > 1: the CTAs of the N group build one A slab for their whole K range: each copies (before
-    // any B copy) and quantizes 1/CN of the rows and writes them into every peer's slab, segment by
-    // segment; `a_ready[g]` counts every converting thread of the group (remote arrivals;
-    // cluster-scope release/acquire).
+    // any B copy) and quantizes 1/CN of the rows and writes them into every peer's slab;
+    // `a_ready` counts every converting thread of the group (remote arrivals; cluster-scope
+    // release/acquire).
     // The ring then holds B only (free right after the conversion), and a warpgroup barrier
     // publishes the warpgroup's own B rows.
     __shared__ unsigned long long full[STAGES], empty[STAGES];
 #if CN > 1
-    // The slab in A_SEGMENTS segments of whole chunks: segment g's rows have landed here
-    // (`a_landed[g]`) and every peer's rows have arrived (`a_ready[g]`).
-    __shared__ unsigned long long a_landed[A_SEGMENTS], a_ready[A_SEGMENTS];
-    const int seg_len = (chunks + A_SEGMENTS - 1) / A_SEGMENTS;
-    const int segments = seg_len ? (chunks + seg_len - 1) / seg_len : 0;
+    // This CTA's rows of the slab have landed here (`a_landed`); every peer's rows have arrived
+    // (`a_ready`).
+    __shared__ unsigned long long a_landed, a_ready;
 #endif
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -498,24 +427,20 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
             mbar_init(&empty[s], CONVERTERS);
         }
 #if CN > 1
-        for (int g = 0; g < A_SEGMENTS; ++g) {
-            mbar_init(&a_landed[g], CONVERTERS);
-            mbar_init(&a_ready[g], CN * CONVERTERS);
-        }
+        mbar_init(&a_landed, CONVERTERS);
+        mbar_init(&a_ready, CN * CONVERTERS);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #endif
     }
 #if CN > 1
     cluster_sync();  // every peer's barriers exist before the first remote arrival
-    if (converts)  // this CTA's rows of A first, a commit group per segment, before any B copy
-        for (int g = 0; g < segments; ++g) {
-            issue_a_slab(tile, smem_addr(slab), g * seg_len, min(chunks, (g + 1) * seg_len), tid);
-            mbar_arrive_on_copies(&a_landed[g]);
-        }
+    if (converts && chunks > 0) {  // this CTA's rows of A first, one commit group, before any B copy
+        issue_a_slab(tile, smem_addr(slab), 0, chunks, tid);
+        mbar_arrive_on_copies(&a_landed);
+    }
     __syncthreads();
 #else
     __syncthreads();
-    MARK(1);
 #endif
     if (!converts) {
 #pragma unroll 1
@@ -527,62 +452,43 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
         }
     } else {
 #if CN > 1
-        // Segment g of the slab: wait for this CTA's rows, quantize them into every peer, publish.
-        // Segment g+1 is sent during the last chunk of segment g, so the exchange overlaps it.
-        auto send_segment = [&](int g) {
-            mbar_wait(&a_landed[g], 0);
-            quantize_a_slab(slab, g * seg_len, min(chunks, (g + 1) * seg_len), n_rank, split, warp, lane);
+        // The slab: wait for this CTA's rows, quantize them into every peer, publish.
+        if (chunks > 0) {
+            mbar_wait(&a_landed, 0);
+            quantize_a_slab(slab, 0, chunks, n_rank, split, warp, lane);
             proxy_fence();  // this CTA's own rows, for its wgmmas
             asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");  // the peers' rows, for theirs
             asm volatile("fence.acq_rel.cluster;\n" ::: "memory");  // releases the stores above
 #pragma unroll
-            for (int peer = 0; peer < CN; ++peer) mbar_arrive_remote(&a_ready[g], peer_rank(peer, split));
-        };
-        if (segments > 0) send_segment(0);
-        MARK(1);
+            for (int peer = 0; peer < CN; ++peer) mbar_arrive_remote(&a_ready, peer_rank(peer, split));
+        }
 #endif
 #pragma unroll 1
         for (int lc = 0; lc < chunks; ++lc) {
             const int s = lc % STAGES;
 #if CN > 1
-            const int g = lc / seg_len;
-            if (lc == (g + 1) * seg_len - 1 && g + 1 < segments) send_segment(g + 1);
-            if (lc == g * seg_len) {
-                mbar_wait_cluster(&a_ready[g], 0);
+            if (lc == 0) {
+                mbar_wait_cluster(&a_ready, 0);
                 proxy_fence();
             }
 #endif
             mbar_wait(&full[s], (lc / STAGES) & 1);
-#if TIMELINE
-            if (lc < TL_CHUNKS) MARK(2 + 3 * lc);
-#endif
             u8* const stage = smem + s * STAGE_BYTES;
             u8* const b_op = b_ops + (lc & 1) * BOP_BYTES;
 #if CN > 1
             b_scale_low |= convert_b_chunk(tile, stage, b_op, lc, tid);
             mbar_arrive(&empty[s]);  // the stage holds only B codes and scales
             proxy_fence();
-#if TIMELINE
-            if (lc < TL_CHUNKS) MARK(3 + 3 * lc);
-#endif
             warpgroup_sync(warp >> 2);
             const u32 a_desc_base = smem_addr(slab + lc * AOP_BYTES);
 #else
             b_scale_low |= convert_chunk(tile, stage, b_op, lc, tid, warp, lane);
-#if TIMELINE
-            if (lc < TL_CHUNKS) MARK(3 + 3 * lc);
-#endif
             converters_sync();
             const u32 a_desc_base = smem_addr(stage);
 #endif
             issue_chunk_mmas(acc, smem_addr(b_op), a_desc_base, wg_row0);
             wgmma_wait<1>();  // chunk lc-1's MMAs are done
-#if CN == 1
-            if (lc > 0) mbar_arrive(&empty[(lc - 1) % STAGES]);
-#endif
-#if TIMELINE
-            if (lc < TL_CHUNKS) MARK(4 + 3 * lc);
-#endif
+            if (CN == 1 && lc > 0) mbar_arrive(&empty[(lc - 1) % STAGES]);
         }
     }
 #else
@@ -593,51 +499,31 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
         if (j < chunks) issue_chunk(tile, smem + j * STAGE_BYTES, j, issuer);
         else cp_async_commit();
     }
-    MARK(1);
 #pragma unroll 1
     for (int lc = 0; lc < chunks; ++lc) {
         cp_async_wait<STAGES - 3>();  // this thread's copies of chunk lc (groups complete in order)
         __syncthreads();  // everyone's copies; and every warpgroup's MMAs of chunk lc-2 are done
-#if TIMELINE
-        if (lc < TL_CHUNKS) MARK(2 + 3 * lc);
-#endif
         u8* const stage = smem + (lc % STAGES) * STAGE_BYTES;
         const int refill = lc + STAGES - 2;
         if (refill < chunks) issue_chunk(tile, smem + (refill % STAGES) * STAGE_BYTES, refill, issuer);
         else cp_async_commit();
         u8* const b_op = b_ops + (lc & 1) * BOP_BYTES;
         b_scale_low |= convert_chunk(tile, stage, b_op, lc, tid, warp, lane);
-#if TIMELINE
-        if (lc < TL_CHUNKS) MARK(3 + 3 * lc);
-#endif
         __syncthreads();
         issue_chunk_mmas(acc, smem_addr(b_op), smem_addr(stage), wg_row0);
         wgmma_wait<1>();
-#if TIMELINE
-        if (lc < TL_CHUNKS) MARK(4 + 3 * lc);
-#endif
     }
 #endif
     wgmma_wait<0>();  // (copy warps: nothing outstanding)
     wgmma_keep(acc);
     if (copies) cp_async_wait<0>();
-#if TIMELINE
-    if (tid == 0)
-        for (int i = 2; i < TL_LOOP; ++i) marks[i] = marks[i] ? marks[i] : clock64();  // chunks < TL_CHUNKS
-#endif
-    MARK(TL_LOOP);
 
-#if WIDE_FALLBACK
     bool out_of_range = b_scale_low;
 #pragma unroll
     for (int j = 0; j < BM / 8; ++j)
 #pragma unroll
         for (int q = 0; q < 4; ++q) out_of_range |= !(fabsf(acc[j][q]) <= 3.402823466e38f);  // inf or NaN
     const bool wide = __syncthreads_or(out_of_range);  // also: stage space becomes the partial tile
-#else
-    constexpr bool wide = false;
-    __syncthreads();
-#endif
 
     // Partial tile [m][n] in shared memory (accumulator d[j][q]: row n = 16 * warp + g (+8 for
     // q >= 2) of the tile, column m = 8j + 2t (+1 for odd q)), then the sum over cluster ranks.
@@ -655,12 +541,8 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
             p[P_STRIDE + 8] = acc[j][3];
         }
     }
-#if SPLITK > 1 || CN > 1
-    cluster_sync();
-#else
-    __syncthreads();
-#endif
-    MARK(TL_LOOP + 1);
+    if constexpr (SPLITK > 1 || CN > 1) cluster_sync();
+    else __syncthreads();
     constexpr int F4 = BM * BN / 4;
     const int f_begin = split * F4 / SPLITK, f_end = (split + 1) * F4 / SPLITK;
     for (int f = f_begin + tid; f < f_end; f += NTHREADS) {
@@ -671,30 +553,12 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
         const float* p = part + ml * P_STRIDE + nl;
 #pragma unroll
         for (int s = 0; s < SPLITK; ++s) {
-#if SPLITK > 1
-            const float4 v = ld_cluster_f4(smem_addr(p), peer_rank(n_rank, s));
-#else
-            const float4 v = *reinterpret_cast<const float4*>(p);
-#endif
+            float4 v;
+            if constexpr (SPLITK > 1) v = ld_cluster_f4(smem_addr(p), peer_rank(n_rank, s));
+            else v = *reinterpret_cast<const float4*>(p);
             sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
         }
-        if (gn < GN && (!TIMELINE || sum.x == 1.2345e-30f)) {  // a timeline build writes its marks instead
-            store_bf16x4(c + (size_t)gm * GN + gn, sum);
-        }
+        if (gn < GN) store_bf16x4(c + (size_t)gm * GN + gn, sum);
     }
-#if SPLITK > 1 || CN > 1
-    cluster_sync_relaxed();  // peers may still be reading this CTA's partial tile
-#endif
-#if TIMELINE
-    MARK(TL_LOOP + 2);
-    if (tid == 0) {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(timer_end) :: "memory");
-        const int cta = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-        unsigned long long* out = reinterpret_cast<unsigned long long*>(c) + cta * 24;
-        for (int i = 0; i < TL_MARKS; ++i) out[i] = marks[i];
-        out[TL_MARKS] = timer_start;
-        out[TL_MARKS + 1] = timer_end;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(*reinterpret_cast<u32*>(out + TL_MARKS + 2)));
-    }
-#endif
+    if constexpr (SPLITK > 1 || CN > 1) cluster_sync_relaxed();  // peers may still be reading this CTA's partial tile
 }

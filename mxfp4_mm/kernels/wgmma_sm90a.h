@@ -1,9 +1,8 @@
-// wgmma (sm_90a) wrappers used by mxfp4_gemm_sm90.cu when WGMMA=1 (and by mxfp4_gemm_sm90_pipe.cu, the
-// "SS" forms at the end): D[64 x N] += A[64 x 16] * B[16 x N],
-// A (the weights) from registers in the m16n8k16 A-fragment layout per warp, B (the activations)
-// from shared memory through a matrix descriptor, fp32 accumulators in the m16n8 C layout per
-// 8 columns (d[j][0..3] = rows g, g, g+8, g+8 and columns 8j+2t, 8j+2t+1). One function per N.
-// Written out per N because the instruction takes N/2 accumulator registers by name.
+// wgmma (sm_90a) wrappers used by mxfp4_gemm_sm90_pipe.cu: D[64 x N] += A[64 x 16] * B[16 x N],
+// both operands from shared memory through matrix descriptors (wgmma "SS"): A the weights, B the
+// activations; fp32 accumulators in the m16n8 C layout per 8 columns (d[j][0..3] = rows g, g, g+8,
+// g+8 and columns 8j+2t, 8j+2t+1). One function per N, written out per N because the instruction
+// takes N/2 accumulator registers by name.
 #pragma once
 
 // Shared-memory matrix descriptor, no swizzle: start address, LBO = bytes between the two core
@@ -21,7 +20,6 @@ __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sy
 
 // Register operands of a running wgmma must keep their values until its group is waited for;
 // an empty asm that "rewrites" them after the wait keeps the compiler from reusing them earlier.
-__device__ __forceinline__ void wgmma_keep(unsigned int& r) { asm volatile("" : "+r"(r)::"memory"); }
 __device__ __forceinline__ void wgmma_keep(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_keep(T (&regs)[N]) {
@@ -29,56 +27,7 @@ __device__ __forceinline__ void wgmma_keep(T (&regs)[N]) {
     for (int i = 0; i < N; ++i) wgmma_keep(regs[i]);
 }
 
-template <int N>
-__device__ __forceinline__ void wgmma_bf16(float (&d)[N / 8][4], unsigned int a0, unsigned int a1, unsigned int a2,
-                                           unsigned int a3, unsigned long long desc);
-
-template <>
-__device__ __forceinline__ void wgmma_bf16<16>(float (&d)[2][4], unsigned int a0, unsigned int a1, unsigned int a2,
-                                              unsigned int a3, unsigned long long desc) {
-    asm volatile("{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %13, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7}, "
-                 "{%8, %9, %10, %11}, %12, accumulate, 1, 1, 0;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
-}
-
-template <>
-__device__ __forceinline__ void wgmma_bf16<32>(float (&d)[4][4], unsigned int a0, unsigned int a1, unsigned int a2,
-                                              unsigned int a3, unsigned long long desc) {
-    asm volatile("{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %21, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-                 "{%16, %17, %18, %19}, %20, accumulate, 1, 1, 0;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
-}
-
-template <>
-__device__ __forceinline__ void wgmma_bf16<64>(float (&d)[8][4], unsigned int a0, unsigned int a1, unsigned int a2,
-                                              unsigned int a3, unsigned long long desc) {
-    asm volatile("{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "{%32, %33, %34, %35}, %36, accumulate, 1, 1, 0;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
-}
-
-template <>
-__device__ __forceinline__ void wgmma_bf16<128>(float (&d)[16][4], unsigned int a0, unsigned int a1, unsigned int a2,
-                                              unsigned int a3, unsigned long long desc) {
-    asm volatile("{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "{%64, %65, %66, %67}, %68, accumulate, 1, 1, 0;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
-}
-
-// Both operands from shared memory (wgmma "SS"): A (64 x 16, the weights) and B (16 x N, the
-// activations), each through a no-swizzle K-major descriptor; fp32 accumulators as above.
+// A (64 x 16) and B (16 x N), each through a no-swizzle K-major descriptor.
 template <int N>
 __device__ __forceinline__ void wgmma_ss_bf16(float (&d)[N / 8][4], unsigned long long desc_a, unsigned long long desc_b);
 

@@ -16,11 +16,8 @@ MAX_SMEM = 227 * 1024
 
 # bm: rows of M per CTA; wn: warps along N; nt: 16-row N tiles per warp; wk: warps along K;
 # split_k: CTAs along K (one cluster); cn: neighbouring N tiles quantizing A together (v5 when > 1;
-# cluster size cn * split_k, at most 8); ring: B chunks in flight per thread (v5 when > 0; 0 = all);
-# wg: 1 = warpgroup wgmma MMAs (v7, sm_90a only: wn % 4 == 0, bm in WGMMA_BMS);
-# f8: 1 = e4m3 MMAs, one per 32-K scale block, scales applied in fp32 (F8MMA; not with wg).
-Plan = collections.namedtuple("Plan", "bm wn nt wk split_k cn ring wg f8", defaults=(1, 0, 0, 0))
-WGMMA_BMS = (16, 32, 64, 128)  # the wgmma N sizes kernels/wgmma_sm90a.h provides
+# cluster size cn * split_k, at most 8); ring: B chunks in flight per thread (v5 when > 0; 0 = all).
+Plan = collections.namedtuple("Plan", "bm wn nt wk split_k cn ring", defaults=(1, 0))
 
 # v9 (kernels/mxfp4_gemm_sm90_pipe.cu, sm_90a only). kind: always "pipe" (a table entry is a plain
 # tuple; its first field tells the two plan types apart); bn: rows of N per CTA (64 per warpgroup);
@@ -93,9 +90,7 @@ def is_valid(m: int, n: int, k: int, plan) -> bool:
             and plan.cn >= 1 and plan.cn * plan.split_k <= 8 and plan.ring >= 0
             and 32 <= threads <= 1024 and plan.nt * plan.bm // 8 * 4 <= 128
             and -(-ch_max // plan.wk) <= 32 and -(-ch_max // plan.wk) * plan.nt * 2 <= 64
-            and smem_bytes(m, n, k, plan) <= MAX_SMEM
-            and (not plan.wg or (plan.wn % 4 == 0 and plan.bm in WGMMA_BMS))
-            and plan.f8 in (0, 1) and not (plan.f8 and plan.wg))
+            and smem_bytes(m, n, k, plan) <= MAX_SMEM)
 
 
 def compile_options(n: int, k: int, plan) -> tuple:
@@ -112,10 +107,6 @@ def compile_options(n: int, k: int, plan) -> tuple:
         values["CN"] = plan.cn
     if plan.ring > 0:
         values["RING"] = plan.ring
-    if plan.wg:
-        values["WGMMA"] = 1
-    if plan.f8:
-        values["F8MMA"] = 1
     return tuple(f"-D{key}={value}" for key, value in values.items())
 
 
