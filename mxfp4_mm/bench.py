@@ -14,7 +14,6 @@ so drift hits them alike. On the CPU the same loop runs with host timers and no 
 Paths: each backend (`dispatch.load_backend(name).make_runner`; the `torch` backend is the
 "torch dequant + matmul" baseline), plus
   bf16_matmul  torch.mm on operands dequantized beforehand (cuBLAS on NVIDIA),
-  triton_prequant  the Triton dot_scaled kernel with A quantized beforehand (GPU only),
   floor        torch.empty + one trivial Triton kernel (torch.empty alone on the CPU),
   and every path registered in EXTRA_PATHS.
 Writes bench/results/<device-slug>.json and, when matplotlib is importable, a PNG beside it.
@@ -51,7 +50,6 @@ FLOOR = "floor"
 BASELINE_NOTES = {
     "torch": "torch backend: spec quant of A + dequant + fp32 matmul",
     "bf16_matmul": "torch.mm on operands dequantized beforehand (cuBLAS on NVIDIA)",
-    "triton_prequant": "Triton dot_scaled kernel on A quantized beforehand",
     FLOOR: "torch.empty + one trivial Triton kernel (CPU: torch.empty)",
 }
 # More baselines: name -> (note, make_path(case) -> call(i) returning C, or None where it cannot run).
@@ -198,19 +196,6 @@ def baseline_paths(case):
     if device.type != "cuda":
         paths[FLOOR] = lambda i: torch.empty((m, n), dtype=torch.bfloat16, device=device)
         return paths
-    from .backends import triton_backend
-    if triton_backend.is_available(device):
-        launch = triton_backend.make_launcher(m, n, k, device, triton_backend.plan_for(m, n, k, device),
-                                              a_prequantized=True)
-        quantized = case.extra("a_quantized", lambda d: spec.quantize_mxfp4(d[0]))
-
-        def prequantized(i):
-            out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
-            b_q, b_scale_sh = case.inputs[i][2], case.inputs[i][4]
-            launch(*quantized[i], b_q, b_scale_sh, out)
-            return out
-
-        paths["triton_prequant"] = prequantized
     touch = _trivial_kernel()
 
     def floor(i):

@@ -225,24 +225,17 @@ def _tile_coordinates(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
 
 
 @triton.jit
-def _a_operand(a_ptrs, a_scale_ptrs, k_left, EVEN_K: tl.constexpr, A_PREQUANTIZED: tl.constexpr,
-               A_CONVERT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """A's codes and scales for one K step: quantized here from bf16 (a_ptrs: bf16 elements, or
-    int32 bf16 pairs for the convert), or read (the pre-quantized baseline). k_left = K elements
-    left from this step's start (only read without EVEN_K)."""
-    if A_PREQUANTIZED or A_CONVERT != A_ARITHMETIC:  # rows of BLOCK_K/2 code bytes or bf16 pairs
+def _a_operand(a_ptrs, k_left, EVEN_K: tl.constexpr, A_CONVERT: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_K: tl.constexpr):
+    """A's codes and scales for one K step, quantized here from bf16 (a_ptrs: bf16 elements, or
+    int32 bf16 pairs for the convert). k_left = K elements left from this step's start (only read
+    without EVEN_K)."""
+    if A_CONVERT != A_ARITHMETIC:  # rows of BLOCK_K/2 bf16 pairs
         if EVEN_K:
-            half = tl.load(a_ptrs)
+            pairs = tl.load(a_ptrs)
         else:
-            half = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K // 2)[None, :] < k_left // 2, other=0)
-        if A_PREQUANTIZED:
-            codes = half
-            if EVEN_K:
-                scales = tl.load(a_scale_ptrs)
-            else:
-                scales = tl.load(a_scale_ptrs, mask=tl.arange(0, BLOCK_K // 32)[None, :] < k_left // 32, other=0)
-        else:
-            codes, scales = quantize_mxfp4_pairs(half, BLOCK_M, BLOCK_K, A_CONVERT)
+            pairs = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K // 2)[None, :] < k_left // 2, other=0)
+        codes, scales = quantize_mxfp4_pairs(pairs, BLOCK_M, BLOCK_K, A_CONVERT)
     else:
         if EVEN_K:
             x = tl.load(a_ptrs)
@@ -338,9 +331,8 @@ def _b_code_offsets(cols_n, byte_cols, K, B_LAYOUT: tl.constexpr):
 
 
 @triton.jit
-def _exact_partial(a_ptr, a_scale_ptr, b_ptr, bs_ptr, rows, cols_n, k_begin, k_end, K, scale_cols_padded,
-                   A_PREQUANTIZED: tl.constexpr, B_LAYOUT: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _exact_partial(a_ptr, b_ptr, bs_ptr, rows, cols_n, k_begin, k_end, K, scale_cols_padded,
+                   B_LAYOUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The tile's fp32 partial over K in [k_begin, k_end) exactly as the spec computes it: A
     quantized as in the fast path, both operands dequantized to fp32, an IEEE fp32 dot (tf32 would
     round the operands), one 32-element scale block per step. Rows / columns as the fast path's."""
@@ -348,12 +340,8 @@ def _exact_partial(a_ptr, a_scale_ptr, b_ptr, bs_ptr, rows, cols_n, k_begin, k_e
     bytes16 = tl.arange(0, 16)
     b_scale_rows = _shuffled_scale_row_offsets(cols_n, scale_cols_padded)
     for k0 in range(k_begin, k_end, 32):
-        if A_PREQUANTIZED:
-            a_codes = tl.load(a_ptr + rows[:, None].to(tl.int64) * (K // 2) + k0 // 2 + bytes16[None, :])
-            a_scales = tl.load(a_scale_ptr + rows[:, None].to(tl.int64) * (K // 32) + k0 // 32)
-        else:
-            x = tl.load(a_ptr + rows[:, None].to(tl.int64) * K + k0 + tl.arange(0, 32)[None, :])
-            a_codes, a_scales = quantize_mxfp4_tile(x.to(tl.float32), BLOCK_M, 32)
+        x = tl.load(a_ptr + rows[:, None].to(tl.int64) * K + k0 + tl.arange(0, 32)[None, :])
+        a_codes, a_scales = quantize_mxfp4_tile(x.to(tl.float32), BLOCK_M, 32)
         b_codes = tl.load(b_ptr + _b_code_offsets(cols_n, k0 // 2 + bytes16, K, B_LAYOUT))
         b_scales = tl.load(bs_ptr + b_scale_rows[:, None] + _shuffled_scale_col_offsets(k0 // 32))
         a = dequantize_mxfp4_tile(a_codes, a_scales, BLOCK_M, 32)
@@ -381,15 +369,14 @@ def _reduce_split_k(acc, partial_ptr, counter_ptr, tile, c_ptrs, c_mask, split_k
 
 # Sizes are runtime values (not specialized) so that one compiled kernel serves every M and split.
 @triton.jit(do_not_specialize=["M", "scale_cols_padded", "split_k", "steps_per_split", "num_tiles"])
-def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, c_ptr, partial_ptr, counter_ptr,
+def mxfp4_gemm_kernel(a_ptr, b_ptr, bs_ptr, c_ptr, partial_ptr, counter_ptr,
                       M, N, K, scale_cols_padded, split_k, steps_per_split, num_tiles,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      GROUP_SIZE_M: tl.constexpr, USE_SPLIT_K: tl.constexpr, A_PREQUANTIZED: tl.constexpr,
-                      B_LAYOUT: tl.constexpr, EVEN_K: tl.constexpr, CACHE_MODIFIER: tl.constexpr,
+                      GROUP_SIZE_M: tl.constexpr, USE_SPLIT_K: tl.constexpr, B_LAYOUT: tl.constexpr, EVEN_K: tl.constexpr, CACHE_MODIFIER: tl.constexpr,
                       A_CONVERT: tl.constexpr = 0):
     """C [M, N] bf16 = A @ B^T over MXFP4 operands; grid (num_tiles, split_k).
 
-    A: bf16 [M, K] (or, with A_PREQUANTIZED, codes [M, K/2] + unshuffled scales at a_scale_ptr);
+    A: bf16 [M, K];
     b_ptr: B_q uint8 [N, K/2] or, with B_LAYOUT == B_SHUFFLED, B_shuffle; B scales shuffled,
     scale_cols_padded columns.
     """
@@ -397,13 +384,9 @@ def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, c_ptr, partial_ptr, cou
     k_begin = tl.program_id(1) * steps_per_split * BLOCK_K
     steps = tl.minimum(steps_per_split, tl.cdiv(K - k_begin, BLOCK_K))
     rows = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M  # rows past M wrap; never stored
-    a_scale_ptrs = a_scale_ptr
-    if A_PREQUANTIZED or A_CONVERT != A_ARITHMETIC:  # rows of K/2 units: code bytes, or bf16 pairs as int32
-        a_units = a_ptr if A_PREQUANTIZED else a_ptr.to(tl.pointer_type(tl.int32))
-        a_ptrs = a_units + rows[:, None].to(tl.int64) * (K // 2) + k_begin // 2 + tl.arange(0, BLOCK_K // 2)[None, :]
-        if A_PREQUANTIZED:
-            a_scale_ptrs = (a_scale_ptr + rows[:, None].to(tl.int64) * (K // 32) + k_begin // 32
-                            + tl.arange(0, BLOCK_K // 32)[None, :])
+    if A_CONVERT != A_ARITHMETIC:  # rows of K/2 units: bf16 pairs as int32
+        a_pairs = a_ptr.to(tl.pointer_type(tl.int32))
+        a_ptrs = a_pairs + rows[:, None].to(tl.int64) * (K // 2) + k_begin // 2 + tl.arange(0, BLOCK_K // 2)[None, :]
     else:
         a_ptrs = a_ptr + rows[:, None].to(tl.int64) * K + k_begin + tl.arange(0, BLOCK_K)[None, :]
     b_ptrs, bs_ptrs = _b_pointers(b_ptr, bs_ptr, tile_n, k_begin, N, K, scale_cols_padded, B_LAYOUT,
@@ -413,19 +396,16 @@ def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, c_ptr, partial_ptr, cou
     b_top = tl.zeros((BLOCK_N, BLOCK_K // 32), dtype=tl.uint8)
     for step in range(steps):
         k_left = K - k_begin - step * BLOCK_K
-        a_codes, a_scales = _a_operand(a_ptrs, a_scale_ptrs, k_left, EVEN_K, A_PREQUANTIZED, A_CONVERT,
-                                       BLOCK_M, BLOCK_K)
+        a_codes, a_scales = _a_operand(a_ptrs, k_left, EVEN_K, A_CONVERT, BLOCK_M, BLOCK_K)
         b_codes = _b_codes(b_ptrs, k_left, EVEN_K, B_LAYOUT, BLOCK_N, BLOCK_K, CACHE_MODIFIER)
         b_scales = _b_scales(bs_ptrs, (K - k_left) // 32, k_left, EVEN_K, B_LAYOUT, BLOCK_N, BLOCK_K, CACHE_MODIFIER)
         acc = tl.dot_scaled(a_codes, a_scales, "e2m1", b_codes.T, b_scales, "e2m1", acc)
         a_top = tl.maximum(a_top, a_scales)
         b_top = tl.maximum(b_top, b_scales)
-        if A_PREQUANTIZED or A_CONVERT != A_ARITHMETIC:
+        if A_CONVERT != A_ARITHMETIC:
             a_ptrs += BLOCK_K // 2
         else:
             a_ptrs += BLOCK_K
-        if A_PREQUANTIZED:
-            a_scale_ptrs += BLOCK_K // 32
         if B_LAYOUT == B_SHUFFLED:
             b_ptrs += BLOCK_K * 8
         else:
@@ -434,9 +414,9 @@ def mxfp4_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, c_ptr, partial_ptr, cou
             bs_ptrs += BLOCK_K
     if _beyond_fast_range(tl.max(tl.max(a_top, axis=1), axis=0), tl.max(tl.max(b_top, axis=1), axis=0), K):
         cols_n = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-        acc = _exact_partial(a_ptr, a_scale_ptr, b_ptr, bs_ptr, rows, cols_n, k_begin,
+        acc = _exact_partial(a_ptr, b_ptr, bs_ptr, rows, cols_n, k_begin,
                              tl.minimum(k_begin + steps * BLOCK_K, K), K, scale_cols_padded,
-                             A_PREQUANTIZED, B_LAYOUT, BLOCK_M, BLOCK_N)
+                             B_LAYOUT, BLOCK_M, BLOCK_N)
     out_rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     out_cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     c_ptrs = c_ptr + out_rows[:, None].to(tl.int64) * N + out_cols[None, :]

@@ -202,14 +202,13 @@ def range_kernel(a_ptr, b_ptr, k_ptr, out_ptr, SIZE: tl.constexpr):
 
 
 @triton.jit
-def exact_partial_kernel(a_ptr, a_scale_ptr, b_ptr, bs_ptr, out_ptr, M, N, K, scale_cols_padded,
+def exact_partial_kernel(a_ptr, b_ptr, bs_ptr, out_ptr, M, N, K, scale_cols_padded,
                       k_begin: tl.constexpr, k_end: tl.constexpr,  # the interpreter ranges over Python ints only
-                      A_PREQUANTIZED: tl.constexpr, B_LAYOUT: tl.constexpr, BLOCK_M: tl.constexpr,
-                      BLOCK_N: tl.constexpr):
+                      B_LAYOUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     rows = tl.arange(0, BLOCK_M) % M
     cols = tl.arange(0, BLOCK_N) % N
-    acc = tk._exact_partial(a_ptr, a_scale_ptr, b_ptr, bs_ptr, rows, cols, k_begin, k_end, K, scale_cols_padded,
-                            A_PREQUANTIZED, B_LAYOUT, BLOCK_M, BLOCK_N)
+    acc = tk._exact_partial(a_ptr, b_ptr, bs_ptr, rows, cols, k_begin, k_end, K, scale_cols_padded,
+                            B_LAYOUT, BLOCK_M, BLOCK_N)
     tl.store(out_ptr + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :], acc)
 
 
@@ -266,8 +265,8 @@ def extreme_operands(m, n, k, gen):
 
 
 def check_exact_partial():
-    # The fallback's tile against the spec's fp32 GEMM on its K range: every B layout, A from bf16
-    # and pre-quantized, rows and columns past M / N wrapped.
+    # The fallback's tile against the spec's fp32 GEMM on its K range: every B layout, rows and
+    # columns past M / N wrapped.
     gen = torch.Generator().manual_seed(7)
     m, n, k, k_begin, k_end = 3, 48, 320, 32, 288
     a, b_codes, b_scales = extreme_operands(m, n, k, gen)
@@ -277,16 +276,14 @@ def check_exact_partial():
     assert want.isnan().any() and want.isinf().any() and want.isfinite().any()
     b_scale_sh = spec.e8m0_shuffle(b_scales)
     for b_layout, b in ((0, b_codes), (1, b_codes), (2, spec.shuffle_weight(b_codes))):
-        for prequantized in (False, True):
-            out = torch.empty(4, 64)
-            operands = (a_codes, a_scales) if prequantized else (a, a)
-            exact_partial_kernel[(1,)](*operands, b, b_scale_sh, out, m, n, k, b_scale_sh.shape[1], k_begin, k_end,
-                                    A_PREQUANTIZED=prequantized, B_LAYOUT=b_layout, BLOCK_M=4, BLOCK_N=64)
-            bits = out.view(torch.int32)
-            assert torch.equal(bits[m], bits[0]) and torch.equal(bits[:m, n:], bits[:m, :16]), (b_layout, prequantized)
-            got = out[:m, :n]
-            assert torch.equal(got.isnan(), want.isnan()), (b_layout, prequantized)
-            torch.testing.assert_close(got, want, rtol=1e-5, atol=0, equal_nan=True)
+        out = torch.empty(4, 64)
+        exact_partial_kernel[(1,)](a, b, b_scale_sh, out, m, n, k, b_scale_sh.shape[1], k_begin, k_end,
+                                B_LAYOUT=b_layout, BLOCK_M=4, BLOCK_N=64)
+        bits = out.view(torch.int32)
+        assert torch.equal(bits[m], bits[0]) and torch.equal(bits[:m, n:], bits[:m, :16]), b_layout
+        got = out[:m, :n]
+        assert torch.equal(got.isnan(), want.isnan()), b_layout
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=0, equal_nan=True)
 
 
 check_dequantize()
@@ -319,7 +316,7 @@ def _run(data, plan=None):
     if plan is None:
         return triton_backend.make_runner(m, n, k, a.device)(a, b_q, b_shuffle, b_scale_sh)
     out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=a.device)
-    triton_backend.make_launcher(m, n, k, a.device, plan)(a, a, b_q, b_scale_sh, out)
+    triton_backend.make_launcher(m, n, k, a.device, plan)(a, b_q, b_scale_sh, out)
     return out
 
 
@@ -371,18 +368,6 @@ def test_fused_quantization_is_bit_exact_on_the_gpu(a_convert):
         assert torch.equal(scales.cpu()[keep], case["scale"][keep]), case["kind"]
         keep_bytes = keep.repeat_interleave(16, dim=1)
         assert torch.equal(codes.cpu()[keep_bytes], case["fp4"][keep_bytes]), case["kind"]
-
-
-@pytest.mark.gpu
-def test_prequantized_path_matches_reference():
-    data = make_inputs(16, 2112, 7168, seed=11, device="cuda")
-    a, _, b_q, _, b_scale_sh = data
-    a_codes, a_scales = spec.quantize_mxfp4(a)
-    out = torch.empty((16, 2112), dtype=torch.bfloat16, device="cuda")
-    plan = triton_backend.plan_for(16, 2112, 7168, a.device)
-    triton_backend.make_launcher(16, 2112, 7168, a.device, plan, a_prequantized=True)(
-        a_codes, a_scales, b_q, b_scale_sh, out)
-    assert_harness_close(out, reference_output(data))
 
 
 def _candidate_cases():

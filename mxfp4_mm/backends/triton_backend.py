@@ -101,12 +101,12 @@ def plan_family(plan: Plan) -> str:
     return f"{plan.b_layout}.{plan.a_convert}" + (".sk" if plan.split_k > 1 else "")
 
 
-def _launch_arguments(m, n, k, plan: Plan, a_prequantized=False):
+def _launch_arguments(m, n, k, plan: Plan):
     """(grid, tiles, partials shape, the kernel's keyword arguments, split_k, steps) of a launch."""
     split_k, steps = split_k_steps(-(-k // plan.block_k), plan.split_k)
     tiles = -(-m // plan.block_m) * -(-n // plan.block_n)
     partials_shape = (split_k * tiles * plan.block_m * plan.block_n if split_k > 1 else 1,)
-    arguments = dict(kernel_constants(plan, k, split_k, a_prequantized), **_compile_options(plan))
+    arguments = dict(kernel_constants(plan, k, split_k), **_compile_options(plan))
     return (tiles, split_k), tiles, partials_shape, arguments, split_k, steps
 
 
@@ -121,7 +121,7 @@ def build(m: int, n: int, k: int, device: torch.device, plan: Plan) -> None:
     grid, tiles, _, arguments, split_k, steps = _launch_arguments(m, n, k, plan)
     bf16, u8 = torch.bfloat16, torch.uint8
     with torch.cuda.device(device):
-        triton_kernels.mxfp4_gemm_kernel.warmup(bf16, bf16, u8, u8, bf16, torch.float32, torch.int32, m, n, k,
+        triton_kernels.mxfp4_gemm_kernel.warmup(bf16, u8, u8, bf16, torch.float32, torch.int32, m, n, k,
                                                 scale_cols(k), split_k, steps, tiles, grid=grid, **arguments)
 
 
@@ -138,16 +138,16 @@ def _compile_options(plan: Plan) -> dict:
     return options
 
 
-def kernel_constants(plan: Plan, k: int, split_k: int, a_prequantized=False) -> dict:
+def kernel_constants(plan: Plan, k: int, split_k: int) -> dict:
     """The kernel's constexpr arguments for this plan (shared by launches and AOT compiles)."""
     return dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, GROUP_SIZE_M=plan.group_size_m,
-                USE_SPLIT_K=split_k > 1, A_PREQUANTIZED=a_prequantized, B_LAYOUT=B_LAYOUTS[plan.b_layout],
+                USE_SPLIT_K=split_k > 1, B_LAYOUT=B_LAYOUTS[plan.b_layout],
                 EVEN_K=k % plan.block_k == 0, CACHE_MODIFIER=plan.cache_modifier,
                 A_CONVERT=triton_plans.A_CONVERTS[plan.a_convert])
 
 
-def make_launcher(m, n, k, device, plan: Plan, a_prequantized=False):
-    """launch(a, a_scales, b, b_scale_sh, out): one kernel launch writing out [m, n]; b is B_shuffle
+def make_launcher(m, n, k, device, plan: Plan):
+    """launch(a, b, b_scale_sh, out): one kernel launch writing out [m, n]; b is B_shuffle
     for a "shuffled" plan, else B_q."""
     from .. import triton_kernels
 
@@ -155,15 +155,15 @@ def make_launcher(m, n, k, device, plan: Plan, a_prequantized=False):
         raise ValueError(f"plan: {plan_label(plan)} needs N % 32 == 0 and K % block_k == 0 (N={n}, K={k})")
     if plan.a_convert == "hardware" and kernel_arch(device) != "gfx950":
         raise ValueError(f"plan: {plan_label(plan)} uses gfx950's fp4 convert; this GPU is {kernel_arch(device)}")
-    grid, tiles, partials_shape, arguments, split_k, steps = _launch_arguments(m, n, k, plan, a_prequantized)
-    workspace_key = (NAME, m, n, k, plan, a_prequantized)
+    grid, tiles, partials_shape, arguments, split_k, steps = _launch_arguments(m, n, k, plan)
+    workspace_key = (NAME, m, n, k, plan)
     kernel = triton_kernels.mxfp4_gemm_kernel[grid]
     # The current queue's workspace now, so the first call launches nothing but the GEMM.
     split_k_workspace(device, workspace_key, partials_shape, tiles)
 
-    def launch(a, a_scales, b, b_scale_sh, out):
+    def launch(a, b, b_scale_sh, out):
         partial, counters = split_k_workspace(device, workspace_key, partials_shape, tiles)
-        kernel(a, a_scales, b, b_scale_sh, out, partial, counters, m, n, k, b_scale_sh.shape[1],
+        kernel(a, b, b_scale_sh, out, partial, counters, m, n, k, b_scale_sh.shape[1],
                split_k, steps, tiles, **arguments)
 
     return launch
@@ -179,11 +179,10 @@ def make_runner(m: int, n: int, k: int, device: torch.device, plan: Plan = None)
 
     def run(a, b_q, b_shuffle, b_scale_sh):
         out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
-        # a_scales is unused when A is quantized in the kernel.
         if plan.b_layout == "shuffled" and b_shuffle is not None:
-            launch(a, a, b_shuffle, b_scale_sh, out)
+            launch(a, b_shuffle, b_scale_sh, out)
         else:
-            launch_without_shuffle(a, a, b_q, b_scale_sh, out)
+            launch_without_shuffle(a, b_q, b_scale_sh, out)
         return out
 
     run.plan = plan
@@ -192,7 +191,7 @@ def make_runner(m: int, n: int, k: int, device: torch.device, plan: Plan = None)
 
 # ---- ahead-of-time compilation (CI checks and tools/gfx950_compare.py; needs no GPU) ---------
 
-_POINTERS = {"a_ptr": "*bf16", "a_scale_ptr": "*u8", "b_ptr": "*u8", "bs_ptr": "*u8", "c_ptr": "*bf16",
+_POINTERS = {"a_ptr": "*bf16", "b_ptr": "*u8", "bs_ptr": "*u8", "c_ptr": "*bf16",
              "partial_ptr": "*fp32", "counter_ptr": "*i32"}
 _SIZES = ("M", "N", "K", "scale_cols_padded", "split_k", "steps_per_split", "num_tiles")
 
