@@ -1,31 +1,23 @@
-"""Timing experiments on the cuda backend's kernel (NVIDIA GPU), harness method throughout: L2
+"""Timing experiments on the cuda backend's kernels (NVIDIA GPU), harness method throughout: L2
 flushed, events around one call, a fresh input set per repetition, variants interleaved
 repetition by repetition so drift hits them alike, medians.
 
-    python3 tools/cuda_lab.py timeline [--shapes "M,N,K ..."] [--plans "M,N,K:PLAN ..."] [--flush none]
-        Per-CTA phase times: the kernel built with -DTIMELINE=1 (thread 0 of each CTA writes
-        %globaltimer / clock64 marks into C; results are not written), medians and maxima over CTAs.
-        Pipe plans ("M,N,K:pipe,BN,BM,SPLITK,KC,STAGES,CW") show per-chunk phases (PIPE_PHASES).
-    python3 tools/cuda_lab.py ablate
-        Each table plan with stages left out (-DABLATE mask; results are wrong, timing only).
     python3 tools/cuda_lab.py ab BEFORE.cu
         The package's kernel source against another version of it, same plans, same process
         (e.g. `git show REV:mxfp4_mm/kernels/mxfp4_gemm_sm90.cu > /tmp/before.cu`).
-    python3 tools/cuda_lab.py options --option=-DB_LATE=0 [--option=...]
-        Compile-time option sets against the default build; every build checked once for correctness.
     python3 tools/cuda_lab.py host [--calls 2000]
         Eager host cost per call, back to back without flush: custom_kernel (validation + dispatch +
         launch) vs the bare runner vs one torch.mm of the same size.
-    python3 tools/cuda_lab.py pipe [--max-plans 8] [--plans "M,N,K:pipe,... ..."] [--no-first-version]
+    python3 tools/cuda_lab.py pipe [--max-plans 8] [--plans "M,N,K:pipe,... ..."]
         The v9 pipe plans (kernels/mxfp4_gemm_sm90_pipe.cu) of each shape against the table's plan
-        and cuBLAS bf16 on pre-dequantized operands (bf16_matmul); every plan checked once. Also the
-        first plan as the first version ran it (4 stages, no copy warps; "v9.0:" with its GPU-scoped
-        proxy fence, -DFENCE_GPU=1), unless --no-first-version.
+        and cuBLAS bf16 on pre-dequantized operands (bf16_matmul); every plan checked once.
     python3 tools/cuda_lab.py once 16,2112,7168 [--plan PLAN]
         One call of one shape, for a profiler: ncu -k mxfp4_gemm -c 1 python3 tools/cuda_lab.py once ...
 
 Shapes default to the 6 benchmark shapes and plans to the table's; a PLAN is the cuda Plan's
-fields, comma-separated (e.g. 64,8,2,1,2,4,0,1), or a PipePlan's (e.g. pipe,256,64,4,64,9,1). Every subcommand takes --reps and --out FILE.json.
+fields, comma-separated (e.g. 64,8,1,1,2,4,0), or a PipePlan's (e.g. pipe,256,64,4,64,9,1). Every
+subcommand takes --reps and --out FILE.json. The timing builds of the kernels (phase timelines,
+ablations, option sets) are at the tag cuda-lab-2026-12-04.
 """
 
 import argparse
@@ -44,17 +36,6 @@ from mxfp4_mm import bench  # noqa: E402
 from mxfp4_mm.backends import cuda  # noqa: E402
 from mxfp4_mm.tables import cuda_plans  # noqa: E402
 
-PHASES = ["start", "a_issue", "s_issue", "a_wait", "quant", "main", "partial", "reduce", "end"]
-TIMELINE_WORDS = 24  # u64 marks per CTA written by a -DTIMELINE=1 build
-# The pipe kernel's marks (kernels/mxfp4_gemm_sm90_pipe.cu, TIMELINE): clock64 at start, prologue
-# issued, then per chunk c < 4 "land" (copies landed, barrier passed), "conv" (converted), "mma"
-# (published, MMAs issued, the previous chunk's MMAs waited for); loop end, partial tile, end.
-PIPE_TL_CHUNKS = 4
-PIPE_MARKS = 2 + 3 * PIPE_TL_CHUNKS + 3
-PIPE_PHASES = (["start", "prologue"] + [f"{p}{c}" for c in range(PIPE_TL_CHUNKS) for p in ("land", "conv", "mma")]
-               + ["rest", "partial", "reduce", "end"])
-ABLATE_MASKS = {"full": 0, "no A quant": 1, "no B convert": 2, "no MMA": 4, "no B load": 8,
-                "no quant/convert/MMA": 7, "none of them": 15}
 POOL = 4
 
 
@@ -113,77 +94,6 @@ def write_json(path, rows):
 
 # ---- subcommands ----------------------------------------------------------------------------
 
-def cta_count(m, n, plan):
-    count = 1
-    for extent in cuda_plans.grid(m, n, plan):
-        count *= extent
-    return count
-
-
-def timeline(args, device, timer):
-    print("µs, median/max over CTAs (last repetition)")
-    print("shape:plan".ljust(36) + "event".rjust(8) + "".join(p.rjust(12) for p in PHASES))
-    rows = []
-    pipe_header = False
-    for (m, n, k), plan in parse_work(args.shapes, args.plans):
-        run = cuda.make_runner(m, n, k, device, plan, ("-DTIMELINE=1",) + tuple(args.options.split()))
-        plan = getattr(run, "plan", plan) or cuda.plan_for(m, n, k, device)
-        sets, ctas, events, out = input_sets(m, n, k, device), cta_count(m, n, plan), [], None
-        for i in range(args.reps):
-            if args.flush == "none":
-                torch.cuda.synchronize(device)
-                begin = time.perf_counter()
-                out = run(*runner_args(sets[i % POOL]))
-                torch.cuda.synchronize(device)
-                events.append((time.perf_counter() - begin) * 1e6)
-            else:
-                out, us = timer.time_us(lambda: run(*runner_args(sets[i % POOL])))
-                events.append(us)
-        marks = out.view(torch.int64).flatten()[: ctas * TIMELINE_WORDS].view(ctas, TIMELINE_WORDS).cpu()
-        is_pipe = isinstance(plan, cuda.PipePlan)
-        phases = summarize_pipe_marks(marks, args.clock_ghz) if is_pipe else summarize_marks(marks, args.clock_ghz)
-        rows.append({"shape": [m, n, k], "plan": list(plan), "ctas": ctas, "event_us": statistics.median(events),
-                     "phases_us": phases})
-        if is_pipe:
-            print_pipe_timeline(f"{m}x{n}x{k}:{cuda.plan_label(plan)}", statistics.median(events), phases,
-                                not pipe_header)
-            pipe_header = True
-            continue
-        print(f"{m}x{n}x{k}:{plan_text(run, plan)}".ljust(36) + f"{statistics.median(events):8.2f}"
-              + "".join(f"{phases[p][0]:6.2f}/{phases[p][1]:<5.2f}" for p in PHASES), flush=True)
-    write_json(args.out, rows)
-
-
-def summarize_pipe_marks(marks, clock_ghz):
-    """Pipe kernel: each phase's clock64 delta from the mark before it; start/end from %globaltimer
-    relative to the first CTA (words PIPE_MARKS and PIPE_MARKS + 1)."""
-    clock_us = marks[:, :PIPE_MARKS].double() / (clock_ghz * 1e3)
-    timer_us = marks[:, PIPE_MARKS:PIPE_MARKS + 2].double() / 1e3
-    t0 = timer_us[:, 0].min()
-    rows = {"start": timer_us[:, 0] - t0, "end": timer_us[:, 1] - t0}
-    for i, name in enumerate(PIPE_PHASES[1:-1]):
-        rows[name] = clock_us[:, i + 1] - clock_us[:, i]
-    return {name: (statistics.median(rows[name].tolist()), max(rows[name].tolist())) for name in PIPE_PHASES}
-
-
-def print_pipe_timeline(title, event_us, phases, header):
-    if header:
-        print("pipe plans: µs per phase, median over CTAs, then max; start/end: globaltimer from the first CTA")
-        print("shape:plan".ljust(36) + "event".rjust(8) + "".join(p.rjust(9) for p in PIPE_PHASES))
-    print(title.ljust(36) + f"{event_us:8.2f}" + "".join(f"{phases[p][0]:9.2f}" for p in PIPE_PHASES))
-    print("  max".ljust(44) + "".join(f"{phases[p][1]:9.2f}" for p in PIPE_PHASES), flush=True)
-
-
-def summarize_marks(marks, clock_ghz):
-    """Phase lengths from clock64 deltas; start/end from %globaltimer relative to the first CTA."""
-    timer_us, clock_us = marks[:, :8].double() / 1e3, marks[:, 8:16].double() / (clock_ghz * 1e3)
-    t0 = timer_us[:, 0].min()
-    rows = {"start": timer_us[:, 0] - t0, "end": timer_us[:, 7] - t0}
-    for i, name in enumerate(PHASES[1:8]):
-        rows[name] = clock_us[:, i + 1] - clock_us[:, i]
-    return {name: (statistics.median(v.tolist()), max(v.tolist())) for name, v in rows.items()}
-
-
 def compare(args, device, timer, variants_of):
     """Time the variants {name: runner} of every shape interleaved; print and return the medians."""
     rows, totals = [], {}
@@ -202,13 +112,6 @@ def compare(args, device, timer, variants_of):
     write_json(args.out, rows)
 
 
-def ablate(args, device, timer):
-    args.check = False  # the ablated builds compute wrong results on purpose
-    compare(args, device, timer, lambda m, n, k, plan: {
-        name: cuda.make_runner(m, n, k, device, plan, (f"-DABLATE={mask}",) if mask else ())
-        for name, mask in ABLATE_MASKS.items()})
-
-
 def ab(args, device, timer):
     before = Path(args.before).read_text()
     if not hasattr(cuda, "read_source"):
@@ -224,12 +127,6 @@ def ab(args, device, timer):
 
     compare(args, device, timer, lambda m, n, k, plan: {
         "before": with_source(before, m, n, k, plan), "now": cuda.make_runner(m, n, k, device, plan)})
-
-
-def options(args, device, timer):
-    sets = [()] + [tuple(o.split()) for o in args.option]
-    compare(args, device, timer, lambda m, n, k, plan: {
-        " ".join(opts) or "default": cuda.make_runner(m, n, k, device, plan, opts) for opts in sets})
 
 
 def host(args, device, timer):
@@ -278,16 +175,6 @@ def pipe_work(args, device):
             for (m, n, k), _ in parse_work(args.shapes, "")]
 
 
-def first_version_runners(m, n, k, device, plan):
-    """`plan` as the first version ran it: 4 stages, no copy warps; with and without that version's
-    GPU-scoped proxy fence (-DFENCE_GPU=1)."""
-    old = plan._replace(stages=4, cw=0)
-    if not cuda.is_valid(m, n, k, old):
-        return {}
-    return {"v9.0:" + cuda.plan_label(old): cuda.make_runner(m, n, k, device, old, ("-DFENCE_GPU=1",)),
-            cuda.plan_label(old): cuda.make_runner(m, n, k, device, old)}
-
-
 def pipe(args, device, timer):
     """Pipe plans vs the table's plan vs bf16_matmul, interleaved, per shape (sm_90 only)."""
     rows, totals = [], {}
@@ -296,8 +183,6 @@ def pipe(args, device, timer):
         cuda.prepare(m, n, k, device, plans)
         runners = {"table " + cuda.plan_label(cuda.plan_for(m, n, k, device)): cuda.make_runner(m, n, k, device)}
         runners.update({cuda.plan_label(plan): cuda.make_runner(m, n, k, device, plan) for plan in plans})
-        if args.first_version and plans:
-            runners.update(first_version_runners(m, n, k, device, plans[0]))
         correct = {name: bench.harness_close(run(*runner_args(case.inputs[0])), case.references[0])
                    for name, run in runners.items()}
         calls = {name: (lambda run: lambda i: run(*runner_args(case.inputs[i])))(run) for name, run in runners.items()}
@@ -324,7 +209,7 @@ def pipe(args, device, timer):
 def once(args, device, timer):
     m, n, k = parse_shape(args.shape)
     plan = parse_plan(args.plan) if args.plan else None
-    run = cuda.make_runner(m, n, k, device, plan, tuple(args.options.split()))
+    run = cuda.make_runner(m, n, k, device, plan)
     run(*runner_args(bench.generate_input(m, n, k, 0, device)))
     torch.cuda.synchronize(device)
 
@@ -342,10 +227,7 @@ def parser():
     common.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                         help="check each variant's result once against the reference")
     commands = {
-        "timeline": (timeline, "per-CTA phase times (-DTIMELINE=1)"),
-        "ablate": (ablate, "stages left out (-DABLATE mask)"),
         "ab": (ab, "this kernel source against another version"),
-        "options": (options, "compile-time option sets against the default build"),
         "host": (host, "eager host cost per call"),
         "pipe": (pipe, "v9 pipe plans vs the table plan vs bf16_matmul"),
         "once": (once, "one call of one shape (for a profiler)"),
@@ -353,21 +235,11 @@ def parser():
     for name, (function, text) in commands.items():
         command = sub.add_parser(name, parents=[common], help=text, description=text)
         command.set_defaults(function=function)
-    sub.choices["timeline"].add_argument("--options", default="",
-                                         help="more -D flags, space-separated; write --options=-DX=1 (with '=')")
-    sub.choices["timeline"].add_argument("--flush", choices=("harness", "none"), default="harness")
-    sub.choices["timeline"].add_argument("--clock-ghz", type=float, default=1.98, help="SM clock for clock64 deltas")
-    sub.choices["timeline"].set_defaults(reps=5)
     sub.choices["ab"].add_argument("before", help="the other kernel source file")
-    sub.choices["options"].add_argument("--option", action="append", required=True,
-                                        help="an option set, e.g. --option=-DB_LATE=0 (repeatable)")
     sub.choices["host"].add_argument("--calls", type=int, default=2000)
     sub.choices["pipe"].add_argument("--max-plans", type=int, default=8, help="pipe plans per shape")
-    sub.choices["pipe"].add_argument("--first-version", action=argparse.BooleanOptionalAction, default=True,
-                                     help="also the first plan as the first version ran it (v9.0: and fence-fixed)")
     sub.choices["once"].add_argument("shape", help="M,N,K")
     sub.choices["once"].add_argument("--plan", help="PLAN fields (default: the table's)")
-    sub.choices["once"].add_argument("--options", default="", help="-D flags, space-separated; write --options=-DX=1")
     return top
 
 
