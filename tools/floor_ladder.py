@@ -5,7 +5,7 @@ up to 8 CTAs per SM issuing its loads at once. A GEMM reads the same bytes in an
 CTA per (N tile, K range), A re-read by every N tile, partial tiles summed across the K ranges. Each
 rung below adds one of those to a kernel that does no arithmetic but fold its loads (so none is
 dropped), so each rung's time above the previous one is what that structure costs
-(notes/cuda-next-kernel.md, "What the measurements since v9.3 point at"):
+(notes/next.md, the cuda section):
 
   floor          the memory-floor path itself
   pattern        the same bytes in the GEMM's pattern: CTA (tile, split) reads its tile's B rows and
