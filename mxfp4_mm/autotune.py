@@ -113,12 +113,13 @@ def _warn_failures(failures, shape):
 
 # ---- proving before serving ---------------------------------------------------------------------
 
-def is_proven(device, shape, candidate) -> bool:
+def is_proven(device, shape, candidate, state=None) -> bool:
     """Whether a tuner process ran the candidate on this shape here and it returned, and its family
-    never faulted or hung here. The reference backend needs no proof."""
+    never faulted or hung here. The reference backend needs no proof. `state`: the ledger's state,
+    read once by a caller that asks about many candidates."""
     if tuner.is_reference(candidate.module):
         return True
-    proven, bad, _ = records.ledger_for(device).state()
+    proven, bad, _ = state or records.ledger_for(device).state()
     return candidate.family not in bad and (records.shape_key(shape), tuner.full_label(candidate)) in proven
 
 
@@ -211,9 +212,10 @@ def _from_memo(memo, m, n, k, args, backends, device, how):
     by_label = {tuner.full_label(c): c for c in candidates}
     ref = verify.reference_output(m, n, k, args)
     failures = []
+    state = records.ledger_for(device).state()  # one read of the ledger for every candidate
     for label in memo.ranked():
         candidate = by_label.get(label)
-        if candidate is None or not is_proven(device, (m, n, k), candidate):
+        if candidate is None or not is_proven(device, (m, n, k), candidate, state):
             continue
         try:
             runner, out = _serve(candidate, m, n, k, device, args, ref)
