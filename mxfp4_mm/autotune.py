@@ -26,7 +26,7 @@ import warnings
 
 import torch
 
-from . import devices
+from . import devices, settings
 from .tuning import records, supervise, timing, tuner, verify
 
 BUDGET_ENV = "MXFP4_MM_TUNE_BUDGET_S"
@@ -51,25 +51,12 @@ _reported_failures = set()
 
 # ---- settings -----------------------------------------------------------------------------------
 
-def _seconds(env, default) -> float:
-    text = os.environ.get(env, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{env}={text!r}: must be a number of seconds >= 0") from None
-    if not value >= 0:
-        raise ValueError(f"{env}={text!r}: must be a number of seconds >= 0")
-    return value
-
-
 def budget_s() -> float:
-    return _seconds(BUDGET_ENV, DEFAULT_BUDGET_S)
+    return settings.seconds(BUDGET_ENV, DEFAULT_BUDGET_S)
 
 
 def cap_s() -> float:
-    return _seconds(CAP_ENV, DEFAULT_CAP_S)
+    return settings.seconds(CAP_ENV, DEFAULT_CAP_S)
 
 
 def prove_inline() -> bool:

@@ -32,7 +32,7 @@ from .tuning import tuner, verify
 BACKEND_MODULES = {
     "hip": "mxfp4_mm.backends.hip",
     "cuda": "mxfp4_mm.backends.cuda",
-    "triton": "mxfp4_mm.backends.triton_backend",
+    "triton": "mxfp4_mm.backends.triton",
     "aiter": "mxfp4_mm.backends.aiter_backend",
     "torch": "mxfp4_mm.backends.torch_backend",
 }

@@ -13,9 +13,10 @@ runner's 120 s), always with exit status 0, one line per shape, nothing of ours 
 """
 
 import argparse
-import os
 import sys
 import time
+
+from . import settings
 
 DEADLINE_ENV = "MXFP4_MM_PREPARE_DEADLINE_S"
 DEFAULT_DEADLINE_S = 100.0
@@ -44,13 +45,7 @@ def parse_shapes(text):
 
 
 def deadline_s(text=None) -> float:
-    text = (text if text is not None else os.environ.get(DEADLINE_ENV, "")).strip()
-    if not text:
-        return DEFAULT_DEADLINE_S
-    value = float(text)
-    if not value >= 0:
-        raise ValueError(f"{DEADLINE_ENV}={text!r}: must be seconds >= 0")
-    return value
+    return settings.seconds(DEADLINE_ENV, DEFAULT_DEADLINE_S, text)
 
 
 def summary(device, shape) -> str:

@@ -13,12 +13,11 @@ current run (so it may have fewer than 3) and the shapes not yet started are ski
 """
 
 import math
-import os
 import time
 
 import torch
 
-from . import bench, custom_kernel, dispatch
+from . import bench, custom_kernel, dispatch, settings
 
 MAX_REPEATS = 100
 TIME_BUDGET_NS = 30e9
@@ -29,16 +28,7 @@ DEFAULT_CPU_CAP_S = 20.0
 
 def cpu_cap_s():
     """Seconds the whole run may take on a CPU: env MXFP4_MM_SELFBENCH_CPU_S, else 20 (inf: no cap)."""
-    raw = os.environ.get(CPU_CAP_ENV, "").strip()
-    if not raw:
-        return DEFAULT_CPU_CAP_S
-    try:
-        cap = float(raw)
-    except ValueError:
-        cap = math.nan
-    if not cap > 0:  # also nan
-        raise ValueError(f"{CPU_CAP_ENV} must be a number of seconds > 0 (or inf for no cap), got {raw!r}")
-    return cap
+    return settings.seconds(CPU_CAP_ENV, DEFAULT_CPU_CAP_S, positive=True)
 
 
 def _should_stop(row, wall_ns, max_wall_ns=MAX_WALL_NS):

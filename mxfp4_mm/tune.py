@@ -1,5 +1,5 @@
 """One tuner for every backend: times every candidate plan of every available backend per shape,
-the harness's way, and rewrites the plan tables (mxfp4_mm/tables/<backend>_plans.py) with each
+the harness's way, and rewrites the plan tables (mxfp4_mm/backends/<backend>/plans.py) with each
 backend's fastest correct plan.
 
     python -m mxfp4_mm.tune [--shapes all] [--backends cuda,triton] [--reps 50] [--pool 4]
@@ -27,9 +27,8 @@ import torch
 from . import bench, dispatch
 from .tuning import tuner
 
-# each backend's plan table: a module of its own, data and the rules beside it
-TABLE_MODULES = {"cuda": "mxfp4_mm.tables.cuda_plans", "triton": "mxfp4_mm.tables.triton_plans",
-                 "hip": "mxfp4_mm.backends.hip.plans"}
+# each backend's plan table: `plans.py` in the backend's room, data and the rules beside it
+TABLE_MODULES = {name: f"mxfp4_mm.backends.{name}.plans" for name in ("cuda", "triton", "hip")}
 BEGIN, END = "# BEGIN PLANS", "# END PLANS"
 TASK_SHAPES = {"tests": bench.TEST_SHAPES, "benchmarks": bench.BENCHMARK_SHAPES}
 

@@ -1,5 +1,6 @@
 """Shared test helpers. GPU-only tests carry @pytest.mark.gpu and are skipped (never passed) without one."""
 
+import concurrent.futures
 import os
 
 import pytest
@@ -23,6 +24,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not HAS_GPU:
             item.add_marker(skip)
+
+
+def build_concurrently(m, n, k, device, plans):
+    """Compile the cuda backend's builds of `plans` into the disk cache, a few at once (NVRTC runs
+    outside the GIL), so the runners the test makes next only load them."""
+    from mxfp4_mm.backends import cuda
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda plan: cuda.build(m, n, k, device, plan), plans))
 
 
 def make_inputs(m, n, k, seed=0, device="cpu"):

@@ -257,7 +257,7 @@ def test_first_use_tuning_on_the_gpu_serves_a_proven_verified_candidate(monkeypa
 
 def _load_table(path, name):
     import importlib.util
-    spec = importlib.util.spec_from_file_location(f"mxfp4_mm.tables.{name}", path)
+    spec = importlib.util.spec_from_file_location(f"table_copy_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -268,7 +268,7 @@ def _load_table(path, name):
 def test_table_writer_merges_one_shape_and_keeps_the_rest(tmp_path, backend, arch):
     from mxfp4_mm import tune
     import importlib
-    from mxfp4_mm.tables import triton_plans
+    from mxfp4_mm.backends.triton import plans as triton_plans
     current = importlib.import_module(tune.TABLE_MODULES[backend]).PLANS
     old = current[arch] if arch else current
     some_plan = next(iter(triton_plans.PLANS["sm_90"].values())) if backend == "triton" else next(iter(old.values()))

@@ -1,4 +1,4 @@
-"""The CUDA backend (kernels/mxfp4_gemm_sm90.cu).
+"""The CUDA backend (backends/cuda/mxfp4_gemm_sm90.cu).
 
 CPU: the plan table covers the task shapes with valid plans; the general rule gives a valid plan
 for random valid shapes. GPU (@pytest.mark.gpu, Hopper): task and odd shapes against the spec's
@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from mxfp4_mm.backends import cuda
-from mxfp4_mm.tables import cuda_plans
-from mxfp4_mm.tables.cuda_plans import PLANS, general_plan
-from conftest import assert_fresh_outputs_and_fresh_data, assert_harness_close, make_inputs, reference_output
+from mxfp4_mm.backends.cuda import plans as cuda_plans
+from mxfp4_mm.backends.cuda.plans import PLANS, general_plan
+from conftest import (assert_fresh_outputs_and_fresh_data, assert_harness_close, build_concurrently, make_inputs,
+                      reference_output)
 
 GOLDEN = Path(__file__).parent / "data" / "mxfp4_quant.pt"
 TASK_SHAPES = [(8, 2112, 7168), (16, 3072, 1536), (64, 3072, 1536), (256, 2880, 512),
@@ -27,14 +28,14 @@ TASK_SHAPES = [(8, 2112, 7168), (16, 3072, 1536), (64, 3072, 1536), (256, 2880, 
 def test_table_covers_task_shapes_with_valid_plans():
     for shape in TASK_SHAPES:
         assert shape in PLANS, shape
-        assert cuda.is_valid(*shape, cuda.Plan(*PLANS[shape])), (shape, PLANS[shape])
+        assert cuda_plans.is_valid(*shape, cuda_plans.Plan(*PLANS[shape])), (shape, PLANS[shape])
 
 
 def test_v5_grid_pads_n_tiles_to_whole_clusters():
-    plan = cuda.Plan(16, 2, 1, 2, 2, 4)  # BN 32: 15 tiles -> 16, times split 2
-    assert cuda.grid(16, 480, plan) == (32, 1, 1)
-    assert cuda.grid(16, 480, plan._replace(cn=1)) == (15, 2, 1)
-    assert not cuda.is_valid(16, 480, 1600, plan._replace(cn=8))  # cluster of 16
+    plan = cuda_plans.Plan(16, 2, 1, 2, 2, 4)  # BN 32: 15 tiles -> 16, times split 2
+    assert cuda_plans.grid(16, 480, plan) == (32, 1, 1)
+    assert cuda_plans.grid(16, 480, plan._replace(cn=1)) == (15, 2, 1)
+    assert not cuda_plans.is_valid(16, 480, 1600, plan._replace(cn=8))  # cluster of 16
 
 
 def test_general_plan_is_valid_for_random_shapes():
@@ -42,13 +43,13 @@ def test_general_plan_is_valid_for_random_shapes():
     for _ in range(200):
         m, n, k = rng.randint(1, 300), 16 * rng.randint(1, 600), 64 * rng.randint(1, 160)
         plan = general_plan(m, n, k)
-        assert plan is not None and cuda.is_valid(m, n, k, plan), (m, n, k, plan)
+        assert plan is not None and cuda_plans.is_valid(m, n, k, plan), (m, n, k, plan)
         picked = cuda_plans.plan_for_shape(m, n, k)
-        assert picked is not None and cuda.is_valid(m, n, k, picked), (m, n, k, picked)
+        assert picked is not None and cuda_plans.is_valid(m, n, k, picked), (m, n, k, picked)
 
 
 def test_tables_module_imports_no_backend():
-    """Plans are data: the table module stands alone (backends/cuda.py imports it, never the reverse)."""
+    """Plans are data: the table module stands alone (the backend imports it, never the reverse)."""
     tree = ast.parse(Path(cuda_plans.__file__).read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
                 for alias in node.names} | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
@@ -57,12 +58,12 @@ def test_tables_module_imports_no_backend():
 
 def test_builds_do_not_depend_on_m_and_plans_are_picked_per_m_class():
     n, k = 1024, 1536  # not in the table: the cost model's plan per class
-    options = {cuda.compile_options(n, k, cuda_plans.plan_for_shape(m, n, k)) for m in range(1, 65)}
-    assert 1 < len(options) <= len({cuda.m_class(m) for m in range(1, 65)}) == 4
+    options = {cuda_plans.compile_options(n, k, cuda_plans.plan_for_shape(m, n, k)) for m in range(1, 65)}
+    assert 1 < len(options) <= len({cuda_plans.m_class(m) for m in range(1, 65)}) == 4
     assert all("GM" not in flag for flags in options for flag in flags)
     # a listed shape lends its plan to its whole M class
-    assert all(cuda_plans.plan_for_shape(m, 2880, 512) == cuda.Plan(*PLANS[(4, 2880, 512)]) for m in range(1, 9))
-    assert cuda_plans.plan_for_shape(17, 2880, 512) == cuda.Plan(*PLANS[(32, 2880, 512)])
+    assert all(cuda_plans.plan_for_shape(m, 2880, 512) == cuda_plans.Plan(*PLANS[(4, 2880, 512)]) for m in range(1, 9))
+    assert cuda_plans.plan_for_shape(17, 2880, 512) == cuda_plans.Plan(*PLANS[(32, 2880, 512)])
 
 
 @pytest.fixture
@@ -74,9 +75,9 @@ def h200_units(monkeypatch):
 def test_candidates_start_with_the_table_plan_and_are_valid_distinct_mma_sync_plans(shape, h200_units):
     everything = cuda.candidates(*shape, torch.device("cuda"))
     assert everything[0] == cuda_plans.plan_for_shape(*shape) and len(set(everything)) == len(everything)
-    plans = [p for p in everything if isinstance(p, cuda.Plan)]  # pipe plans: tests/test_cuda_pipe.py
+    plans = [p for p in everything if isinstance(p, cuda_plans.Plan)]  # pipe plans: tests/test_cuda_pipe.py
     assert 1 <= len(plans) <= cuda.MAX_CANDIDATES
-    assert all(cuda.is_valid(*shape, p) for p in plans), plans
+    assert all(cuda_plans.is_valid(*shape, p) for p in plans), plans
     assert all(hash(p) is not None for p in plans)
     if shape[0] >= 16 and shape[1] >= 480:
         assert len(plans) >= 12, shape  # enough for the tuner to choose from
@@ -84,11 +85,11 @@ def test_candidates_start_with_the_table_plan_and_are_valid_distinct_mma_sync_pl
 
 def test_plan_labels_are_short_and_unique():
     plans = {p for shape in TASK_SHAPES for p in cuda_plans.ranked_plans(*shape, limit=200)}
-    plans |= {cuda.Plan(64, 8, 1, 1, 2, 4, 0)}
+    plans |= {cuda_plans.Plan(64, 8, 1, 1, 2, 4, 0)}
     labels = {cuda.plan_label(p) for p in plans}
     assert len(labels) == len(plans)
     assert all(" " not in label and len(label) <= 20 for label in labels)
-    assert cuda.plan_label(cuda.Plan(32, 6, 2, 2, 1, 2, 2)) == "m32w6t2k2s1c2r2"
+    assert cuda.plan_label(cuda_plans.Plan(32, 6, 2, 2, 1, 2, 2)) == "m32w6t2k2s1c2r2"
 
 
 # ---- GPU ---------------------------------------------------------------------------------------
@@ -135,8 +136,8 @@ def test_plans_and_split_k(plan):
     if not _hopper():
         pytest.skip("needs sm_90")
     for shape in [(17, 480, 1600), (4, 64, 576)]:
-        if cuda.is_valid(*shape, cuda.Plan(*plan)):
-            _check(*shape, plan=cuda.Plan(*plan), seed=3)
+        if cuda_plans.is_valid(*shape, cuda_plans.Plan(*plan)):
+            _check(*shape, plan=cuda_plans.Plan(*plan), seed=3)
 
 
 def _sm90():
@@ -165,7 +166,7 @@ def test_quantization_matches_golden():
         assert torch.equal(codes.cpu()[keep_bytes], case["fp4"][keep_bytes]), case["kind"]
 
 
-# ---- operands outside the folded-scale range: the exact per-CTA fallback (wide_partial) --------
+# ---- operands outside the folded-scale range: the exact per-CTA fallback (exact_partial) --------
 
 def _extreme(m, n, k, case, seed=7, device="cuda"):
     """Harness-style inputs pushed outside the range the folded bf16 operands cover."""
@@ -256,8 +257,8 @@ EXTREME_PLANS = [(shape, None) for shape, _ in _MMA_SYNC_EXTREME_PLANS[:4]] + _M
 def test_out_of_range_operands_match_the_reference(shape, plan):
     if not _sm90():
         pytest.skip("needs sm_90")
-    plan = cuda.Plan(*plan) if plan else None
-    assert plan is None or cuda.is_valid(*shape, plan)
+    plan = cuda_plans.Plan(*plan) if plan else None
+    assert plan is None or cuda_plans.is_valid(*shape, plan)
     run = cuda.make_runner(*shape, torch.device("cuda"), plan)
     for case in EXTREME_CASES:
         data = _extreme(*shape, case)
@@ -281,7 +282,7 @@ def test_varying_m_builds_once_per_m_class():
     loaded = runtime.stats["loaded"]
     for m in range(1, 65):
         _check(m, n, k, seed=m)
-    assert runtime.stats["loaded"] - loaded <= len({cuda.m_class(m) for m in range(1, 65)})
+    assert runtime.stats["loaded"] - loaded <= len({cuda_plans.m_class(m) for m in range(1, 65)})
     loaded = runtime.stats["loaded"]
     for m in range(1, 65):
         cuda.make_runner(m, n, k, device)
@@ -295,7 +296,7 @@ def test_every_candidate_builds_concurrently_and_is_correct(shape):
         pytest.skip("needs sm_90")
     device = torch.device("cuda")
     plans = cuda.candidates(*shape, device)
-    cuda.prepare(*shape, device, plans)
+    build_concurrently(*shape, device, plans)
     data = make_inputs(*shape, seed=8, device="cuda")
     ref = reference_output(data)
     for plan in plans:

@@ -1,4 +1,4 @@
-"""The v9 pipe kernel of the cuda backend (kernels/mxfp4_gemm_sm90_pipe.cu, PipePlan).
+"""The pipe kernel of the cuda backend (backends/cuda/mxfp4_gemm_sm90_pipe.cu, PipePlan).
 
 CPU: plan geometry and validity, labels, table entries of either plan type, where the candidates
 put pipe plans, the kernel's scale-byte addressing modelled against spec.shuffled_scale_index, and
@@ -12,16 +12,17 @@ import concurrent.futures
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
 
 from mxfp4_mm import bench, spec
 from mxfp4_mm.backends import cuda
-from mxfp4_mm.tables import cuda_plans
-from mxfp4_mm.tables.cuda_plans import PIPE, PipePlan
-from conftest import assert_fresh_outputs_and_fresh_data, assert_harness_close, make_inputs, reference_output
+from mxfp4_mm.backends.cuda import plans as cuda_plans
+from mxfp4_mm.backends.cuda.plans import PIPE, PipePlan
+from mxfp4_mm.kernels import read_source, source_paths
+from conftest import (assert_fresh_outputs_and_fresh_data, assert_harness_close, build_concurrently, make_inputs,
+                      reference_output)
 
 TASK_SHAPES = [(8, 2112, 7168), (16, 3072, 1536), (64, 3072, 1536), (256, 2880, 512),
                (4, 2880, 512), (16, 2112, 7168), (32, 4096, 512), (32, 2880, 512),
@@ -29,8 +30,8 @@ TASK_SHAPES = [(8, 2112, 7168), (16, 3072, 1536), (64, 3072, 1536), (256, 2880, 
 BENCH_SHAPES = TASK_SHAPES[4:]
 
 
-def pipe(bn, bm, split_k, kc=64, stages=4, cw=0, cn=1):
-    return PipePlan(PIPE, bn, bm, split_k, kc, stages, cw, cn)
+def pipe(bn, bm, split_k, kc=64, stages=4, cw=0):
+    return PipePlan(PIPE, bn, bm, split_k, kc, stages, cw)
 
 
 # ---- CPU ----------------------------------------------------------------------------------------
@@ -41,28 +42,28 @@ def test_offered_pipe_plans_are_valid_and_cover_the_shape(shape):
     plans = cuda_plans.pipe_plans(*shape)
     assert 1 <= len(plans) <= 8 and len(set(plans)) == len(plans)
     for plan in plans:
-        assert cuda.is_valid(*shape, plan), plan
-        n_tiles, splits, m_tiles = cuda.grid(m, n, plan)
+        assert cuda_plans.is_valid(*shape, plan), plan
+        n_tiles, splits, m_tiles = cuda_plans.grid(m, n, plan)
         assert n_tiles * plan.bn >= n > (n_tiles - 1) * plan.bn and m_tiles * plan.bm >= m > (m_tiles - 1) * plan.bm
         assert splits == plan.split_k <= min(8, -(-k // plan.kc))
-        assert cuda.smem_bytes(*shape, plan) <= cuda.MAX_SMEM
+        assert cuda_plans.smem_bytes(*shape, plan) <= cuda_plans.MAX_SMEM
         assert plan.bm >= min(m, 256) or plan.bm * 2 >= min(m, 256)  # M covered by one or two tiles
 
 
 def test_pipe_validity_rules():
     shape = (256, 3072, 1536)
-    assert cuda.is_valid(*shape, pipe(128, 256, 4))
-    assert not cuda.is_valid(*shape, pipe(256, 128, 4))  # 512 threads leave 128 registers: 64 + ~96 do not fit
-    assert not cuda.is_valid(*shape, pipe(96, 64, 2))    # not whole warpgroups
-    assert not cuda.is_valid(*shape, pipe(128, 48, 2))   # no wgmma wrapper for n = 48
-    assert not cuda.is_valid(*shape, pipe(128, 64, 2, kc=96))
-    assert not cuda.is_valid(*shape, pipe(128, 64, 2, stages=2))  # a stage is refilled two chunks later
-    assert not cuda.is_valid(*shape, pipe(128, 64, 9))
-    assert cuda.is_valid(*shape, pipe(128, 32, 2, stages=cuda_plans.PIPE_MAX_STAGES, cw=2))
-    assert not cuda.is_valid(*shape, pipe(128, 32, 2, stages=cuda_plans.PIPE_MAX_STAGES + 1))
-    assert not cuda.is_valid(*shape, pipe(128, 64, 2, cw=3))
-    assert not cuda.is_valid(64, 512, 128, pipe(128, 64, 3))  # 2 chunks of 64: at most split 2
-    assert not cuda.is_valid(*shape, pipe(256, 64, 2, kc=128, stages=8))  # shared memory
+    assert cuda_plans.is_valid(*shape, pipe(128, 256, 4))
+    assert not cuda_plans.is_valid(*shape, pipe(256, 128, 4))  # 512 threads leave 128 registers: 64 + ~96 do not fit
+    assert not cuda_plans.is_valid(*shape, pipe(96, 64, 2))    # not whole warpgroups
+    assert not cuda_plans.is_valid(*shape, pipe(128, 48, 2))   # no wgmma wrapper for n = 48
+    assert not cuda_plans.is_valid(*shape, pipe(128, 64, 2, kc=96))
+    assert not cuda_plans.is_valid(*shape, pipe(128, 64, 2, stages=2))  # a stage is refilled two chunks later
+    assert not cuda_plans.is_valid(*shape, pipe(128, 64, 9))
+    assert cuda_plans.is_valid(*shape, pipe(128, 32, 2, stages=cuda_plans.PIPE_MAX_STAGES, cw=2))
+    assert not cuda_plans.is_valid(*shape, pipe(128, 32, 2, stages=cuda_plans.PIPE_MAX_STAGES + 1))
+    assert not cuda_plans.is_valid(*shape, pipe(128, 64, 2, cw=3))
+    assert not cuda_plans.is_valid(64, 512, 128, pipe(128, 64, 3))  # 2 chunks of 64: at most split 2
+    assert not cuda_plans.is_valid(*shape, pipe(256, 64, 2, kc=128, stages=8))  # shared memory
     assert not cuda_plans.pipe_is_valid(*shape, tuple(pipe(128, 64, 2)))  # a plain tuple is not a plan
 
 
@@ -75,9 +76,9 @@ def test_pipe_shared_memory_is_the_larger_of_the_ring_and_the_partial_tile():
 
 
 def test_pipe_compile_options_name_every_field():
-    assert cuda.compile_options(3072, 1536, pipe(128, 256, 4, 128, 3)) == (
+    assert cuda_plans.compile_options(3072, 1536, pipe(128, 256, 4, 128, 3)) == (
         "-DGN=3072", "-DGK=1536", "-DBN=128", "-DBM=256", "-DSPLITK=4", "-DKC=128", "-DSTAGES=3")
-    assert cuda.compile_options(3072, 1536, pipe(128, 64, 2, 64, 9, cw=1))[-1] == "-DCOPY_WARPS=1"
+    assert cuda_plans.compile_options(3072, 1536, pipe(128, 64, 2, 64, 9, cw=1))[-1] == "-DCOPY_WARPS=1"
 
 
 def test_deep_stages_copy_the_whole_range_up_front_where_it_fits():
@@ -85,8 +86,8 @@ def test_deep_stages_copy_the_whole_range_up_front_where_it_fits():
     # next to 32 KB of B operand buffers: 15 stages fit in 227 KB, not the 18 of all up front
     plan = pipe(128, 64, 2)
     assert cuda_plans.pipe_deep_stages(2048, plan) == 15
-    assert cuda_plans.pipe_smem_bytes(plan._replace(stages=15)) <= cuda.MAX_SMEM
-    assert cuda_plans.pipe_smem_bytes(plan._replace(stages=16)) > cuda.MAX_SMEM
+    assert cuda_plans.pipe_smem_bytes(plan._replace(stages=15)) <= cuda_plans.MAX_SMEM
+    assert cuda_plans.pipe_smem_bytes(plan._replace(stages=16)) > cuda_plans.MAX_SMEM
     # 4x2880x512 on 64 x 16 tiles, split 2: 4 chunks per CTA, all up front = 6 stages
     assert cuda_plans.pipe_deep_stages(512, pipe(64, 16, 2)) == 6
 
@@ -105,13 +106,12 @@ def test_offered_pipe_plans_run_ahead_and_lead_with_a_copy_warp(shape):
 def test_table_entries_of_either_plan_type_round_trip(monkeypatch):
     """The tuner writes table entries as plain tuples; a pipe entry's first field names its type."""
     entry = tuple(pipe(128, 256, 4))
-    assert entry == ("pipe", 128, 256, 4, 64, 4, 0, 1)
-    assert cuda.PipePlan(*entry[:6]) == pipe(128, 256, 4)  # entries written before the cw and cn fields
-    assert cuda.PipePlan(*entry[:7]) == pipe(128, 256, 4)
+    assert entry == ("pipe", 128, 256, 4, 64, 4, 0)
+    assert cuda_plans.PipePlan(*entry[:6]) == pipe(128, 256, 4)  # entries written before the cw field
     monkeypatch.setitem(cuda_plans.PLANS, (256, 3072, 1536), entry)
     assert cuda_plans.table_plan(256, 3072, 1536) == pipe(128, 256, 4)
     assert cuda_plans.table_plan(200, 3072, 1536) == pipe(128, 256, 4)  # same M class
-    assert cuda_plans.table_plan(64, 7168, 2048) == cuda.Plan(*cuda_plans.PLANS[(64, 7168, 2048)])
+    assert cuda_plans.table_plan(64, 7168, 2048) == cuda_plans.Plan(*cuda_plans.PLANS[(64, 7168, 2048)])
 
 
 def test_pipe_labels_are_unique_and_distinct_from_mma_sync_labels():
@@ -169,15 +169,15 @@ def test_scale_bytes_are_found_inside_the_copied_64_byte_pieces():
 
 
 def test_fold_header_keeps_the_old_kernel_and_is_shared():
-    kernels = Path(cuda.__file__).parent.parent / "kernels"
     for source in (cuda.SOURCE, cuda.PIPE_SOURCE):
-        assert '#include "mxfp4_fold_sm90.h"' in (kernels / source).read_text()
+        assert '#include "mxfp4_fold_sm90.h"' in read_source(source)
 
 
 def _ptxas_report(n, k, plan, out_dir):
-    source = Path(cuda.__file__).parent.parent / "kernels" / cuda.PIPE_SOURCE
-    built = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-Xptxas", "-v", "-std=c++17",
-                            *cuda.compile_options(n, k, plan), "-o", str(out_dir / f"{n}_{k}_{cuda.plan_label(plan)}.cubin"),
+    source = source_paths()[cuda.PIPE_SOURCE]
+    includes = sorted({f"-I{path.parent}" for path in source_paths().values()})  # headers resolve by name
+    built = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-Xptxas", "-v", "-std=c++17", *includes,
+                            *cuda_plans.compile_options(n, k, plan), "-o", str(out_dir / f"{n}_{k}_{cuda.plan_label(plan)}.cubin"),
                             str(source)], capture_output=True, text=True)
     return plan, built.returncode, built.stdout + built.stderr
 
@@ -196,7 +196,7 @@ def test_every_offered_pipe_plan_builds_without_spills(tmp_path):
         assert "C7518" not in report, (plan, report)  # wgmmas serialized by a divergent path
         assert "C7515" not in report, (plan, report)  # wgmmas serialized by accumulator writes between them
         registers = int(re.search(r"Used (\d+) registers", report.split("function 'mxfp4_gemm_pipe'")[-1]).group(1))
-        assert registers <= min(255, 65536 // cuda.pipe_threads(plan)), (plan, registers)
+        assert registers <= min(255, 65536 // cuda_plans.pipe_threads(plan)), (plan, registers)
 
 
 # ---- GPU ----------------------------------------------------------------------------------------
@@ -219,7 +219,7 @@ def test_every_offered_pipe_plan_on_the_task_shapes(shape):
     if not _sm90():
         pytest.skip("needs sm_90 (wgmma)")
     plans = cuda_plans.pipe_plans(*shape)
-    cuda.prepare(*shape, torch.device("cuda"), plans)
+    build_concurrently(*shape, torch.device("cuda"), plans)
     for plan in plans:
         _check(*shape, plan, seed=21)
 
@@ -230,11 +230,7 @@ def test_every_offered_pipe_plan_on_the_task_shapes(shape):
 ODD_PLANS = [pipe(64, 16, 1), pipe(128, 32, 2), pipe(128, 64, 2, kc=128, stages=3), pipe(192, 128, 3),
              pipe(64, 256, 2, stages=3), pipe(128, 256, 2, stages=5), pipe(256, 64, 3, kc=128, stages=3),
              pipe(64, 16, 1, stages=16, cw=1), pipe(128, 32, 2, stages=7, cw=2), pipe(256, 64, 3, stages=9, cw=1),
-             pipe(128, 128, 2, kc=128, stages=4, cw=1),
-             # N tiles sharing A's quantization (cn): 2 or 4 slices of 8-32 rows, with and without split-K
-             pipe(64, 16, 1, stages=6, cw=1, cn=2), pipe(128, 32, 2, stages=6, cw=1, cn=4),
-             pipe(128, 64, 2, kc=128, stages=4, cw=1, cn=4), pipe(64, 256, 1, stages=3, cw=2, cn=2),
-             pipe(256, 64, 2, stages=5, cw=1, cn=4)]
+             pipe(128, 128, 2, kc=128, stages=4, cw=1)]
 
 
 @pytest.mark.gpu
@@ -244,7 +240,7 @@ ODD_PLANS = [pipe(64, 16, 1), pipe(128, 32, 2), pipe(128, 64, 2, kc=128, stages=
 def test_odd_shapes(m, n, k):
     if not _sm90():
         pytest.skip("needs sm_90 (wgmma)")
-    plans = [p for p in ODD_PLANS if cuda.is_valid(m, n, k, p)] + cuda_plans.pipe_plans(m, n, k)[:2]
+    plans = [p for p in ODD_PLANS if cuda_plans.is_valid(m, n, k, p)] + cuda_plans.pipe_plans(m, n, k)[:2]
     assert plans
     for plan in dict.fromkeys(plans):
         _check(m, n, k, plan, seed=m + n + k)
@@ -273,8 +269,7 @@ def test_one_build_serves_every_m():
 
 EXTREME_PLANS = [((256, 3072, 1536), pipe(128, 256, 4)), ((64, 7168, 2048), pipe(128, 64, 2, kc=128, stages=3)),
                  ((33, 480, 1600), pipe(192, 64, 3)), ((16, 2112, 7168), pipe(64, 16, 4)),
-                 ((64, 7168, 2048), pipe(256, 64, 4, stages=9, cw=1)), ((256, 3072, 1536), pipe(128, 128, 2, stages=9, cw=1)),
-                 ((64, 7168, 2048), pipe(128, 64, 2, stages=8, cw=1, cn=4)), ((33, 480, 1600), pipe(64, 64, 2, stages=6, cw=1, cn=4))]
+                 ((64, 7168, 2048), pipe(256, 64, 4, stages=9, cw=1)), ((256, 3072, 1536), pipe(128, 128, 2, stages=9, cw=1))]
 
 
 @pytest.mark.gpu
@@ -283,7 +278,7 @@ def test_out_of_range_operands_match_the_reference(shape, plan):
     from test_cuda_backend import EXTREME_CASES, NON_FINITE_CASES, _extreme, assert_matches_spec
     if not _sm90():
         pytest.skip("needs sm_90 (wgmma)")
-    assert cuda.is_valid(*shape, plan)
+    assert cuda_plans.is_valid(*shape, plan)
     run = cuda.make_runner(*shape, torch.device("cuda"), plan)
     for case in EXTREME_CASES:
         data = _extreme(*shape, case)
@@ -320,11 +315,10 @@ def test_the_fp32_reference_is_order_dependent_on_the_huge_block_input():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("plan", [None, pipe(64, 16, 4, stages=16, cw=1), pipe(128, 16, 6, stages=16), pipe(128, 16, 6),
-                                  pipe(64, 16, 4, stages=8, cw=1, cn=2)])
+@pytest.mark.parametrize("plan", [None, pipe(64, 16, 4, stages=16, cw=1), pipe(128, 16, 6, stages=16), pipe(128, 16, 6)])
 def test_huge_block_input_matches_the_exact_sum(plan):
     """The exact fallback sums each CTA's K range in order, so the cancelling block gives exactly 0
-    and the rest of the row survives (None: the v8 table plan)."""
+    and the rest of the row survives (None: the table's mma.sync plan)."""
     if plan is not None and not _sm90():
         pytest.skip("needs sm_90 (wgmma)")
     if plan is None and not (torch.cuda.is_available() and cuda.is_available(torch.device("cuda"))):
@@ -333,30 +327,3 @@ def test_huge_block_input_matches_the_exact_sum(plan):
     run = cuda.make_runner(*HUGE_BLOCK_SHAPE, torch.device("cuda"), plan)
     out = run(data[0], data[2], data[3], data[4])
     assert_harness_close(out.cpu(), bench.blockwise_exact_reference(data))
-
-
-@pytest.mark.parametrize("plan", [pipe(128, 16, 4, stages=16, cw=1, cn=2), pipe(64, 16, 3, stages=16, cw=1, cn=2),
-                                  pipe(128, 64, 2, kc=128, stages=3, cw=1, cn=4)])
-def test_shared_a_builds_do_not_serialize_wgmmas(plan, tmp_path):
-    """The shared-A (`cn`) plans are not offered, but the lab times them: no spills, no serialized wgmmas."""
-    if shutil.which("nvcc") is None:
-        pytest.skip("no nvcc")
-    _, code, report = _ptxas_report(2112, 7168, plan, tmp_path)
-    assert code == 0, report[-2000:]
-    assert report.count("0 bytes spill stores") == report.count("spill stores"), report
-    assert "C7515" not in report and "C7518" not in report, report
-
-
-def test_shared_a_plans_hold_an_a_slab_for_the_longest_k_range():
-    # ring: 8 x (B codes 128*32 + scales 4*2*64), no A; two B operand buffers of 128*64*2; the slab:
-    # 32 chunks of 64 over split 2 -> 16 chunks of 64 rows x 64 bf16
-    plan = pipe(128, 64, 2, stages=8, cw=1, cn=4)
-    assert cuda_plans.pipe_smem_bytes(plan, 2048) == 8 * (4096 + 512) + 2 * 16384 + 16 * 64 * 64 * 2
-    assert cuda_plans.pipe_smem_bytes(plan, 2048 - 64) == cuda_plans.pipe_smem_bytes(plan, 2048)  # 31 chunks: 16, 15
-    with pytest.raises(ValueError, match="needs K"):
-        cuda_plans.pipe_smem_bytes(plan)
-    assert not cuda.is_valid(64, 7168, 8192, plan)  # a 64-chunk slab does not fit
-    assert not cuda.is_valid(64, 7168, 2048, plan._replace(cw=0))  # shared A needs copy warps
-    assert not cuda.is_valid(64, 7168, 2048, plan._replace(cn=8))  # 8 x split 2 > 8 CTAs per cluster
-    assert not cuda.is_valid(64, 7168, 2048, pipe(128, 16, 2, stages=8, cw=1, cn=4))  # slices of 4 rows
-    assert cuda.grid(64, 7000, plan) == (56, 2, 1)  # 55 N tiles padded to whole clusters of 4

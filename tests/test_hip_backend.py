@@ -287,12 +287,13 @@ def test_specialized_plans_run_through_the_backend(fake_gpu):
         assert not fake_gpu.module.launches[-1]["variant"].b_shuffled
 
 
-def test_prepare_compiles_each_plan(fake_gpu, monkeypatch):
+def test_build_compiles_each_plan(fake_gpu, monkeypatch):
     monkeypatch.delenv("MXFP4_MM_LINEINFO", raising=False)
     compiled = []
-    monkeypatch.setattr(runtime, "load_module", lambda source, device, options=(): compiled.append(options))
+    monkeypatch.setattr(runtime, "build_code", lambda source, device, options=(), *rest: compiled.append(options))
     plans = hip.candidates(4, 2880, 512)
-    hip.prepare(4, 2880, 512, torch.device("cpu"), plans)
+    for plan in plans:
+        hip.build(4, 2880, 512, torch.device("cpu"), plan)
     assert compiled == [hip.compile_options(4, 2880, 512, p) for p in plans]
 
 
@@ -303,9 +304,9 @@ def test_line_info_only_on_request_and_only_for_nvrtc(monkeypatch):
     monkeypatch.setenv("MXFP4_MM_LINEINFO", "1")
     assert hip.line_info_options() == ("-lineinfo",)
     compiled = []
-    monkeypatch.setattr(runtime, "load_module", lambda source, device, options=(): compiled.append(options))
+    monkeypatch.setattr(runtime, "build_code", lambda source, device, options=(), *rest: compiled.append(options))
     plan = hip.candidates(4, 2880, 512)[0]
-    hip.prepare(4, 2880, 512, torch.device("cpu"), [plan])
+    hip.build(4, 2880, 512, torch.device("cpu"), plan)
     assert compiled == [hip.compile_options(4, 2880, 512, plan) + ("-lineinfo",)]
     monkeypatch.setattr(torch.version, "hip", "7.0.0")
     assert hip.line_info_options() == ()

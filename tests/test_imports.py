@@ -131,10 +131,23 @@ def test_the_package_has_no_import_cycles():
     assert not cycles, "import cycles inside mxfp4_mm/:\n  " + "\n  ".join(cycles)
 
 
+def test_each_backend_is_one_room_that_imports_no_dispatcher():
+    """A backend's modules live under backends/<name>/ (or are one module), and none of them imports
+    the dispatcher or the tuner above it: the dispatcher picks backends, never the reverse."""
+    graph = import_graph(PACKAGE_ROOT)
+    backends = [name for name in graph if name.startswith("mxfp4_mm.backends.")]
+    assert {"mxfp4_mm.backends.cuda.plans", "mxfp4_mm.backends.triton.plans", "mxfp4_mm.backends.hip.plans"} <= set(backends)
+    above = ("mxfp4_mm.dispatch", "mxfp4_mm.autotune", "mxfp4_mm.tune", "mxfp4_mm.prepare")
+    offenders = {name: sorted(set(graph[name]) & set(above)) for name in backends if set(graph[name]) & set(above)}
+    assert not offenders, offenders
+    rooms = {name.split(".")[2] for name in backends}
+    assert not any(other.startswith(f"mxfp4_mm.backends.{room}_") for room in rooms for other in graph), rooms
+
+
 def test_the_graph_sees_the_package_imports():
     graph = import_graph(PACKAGE_ROOT)
     assert "mxfp4_mm.dispatch" in graph["mxfp4_mm"]                   # from . import dispatch
-    assert "mxfp4_mm.triton_kernels" in graph["mxfp4_mm.backends.triton_backend"]  # used by launches
+    assert "mxfp4_mm.backends.triton.kernels" in graph["mxfp4_mm.backends.triton"]  # used by launches
     assert "mxfp4_mm.backends.hip.plans" in graph["mxfp4_mm.backends.hip"]  # from . import plans
     assert "mxfp4_mm" in graph["mxfp4_mm.library"]                    # from . import gemm (a name)
 

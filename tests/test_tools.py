@@ -74,14 +74,11 @@ def test_sass_diff_tells_identical_builds_from_changed_ones(tmp_path):
     if _shutil.which("nvcc") is None:
         pytest.skip("no nvcc")
     sass_diff = _sass_diff()
-    kernels = ROOT / "mxfp4_mm" / "kernels"
     before, after = tmp_path / "before", tmp_path / "after"
     before.mkdir()
     after.mkdir()
-    for path in kernels.iterdir():
-        if path.suffix in (".cu", ".h"):
-            (before / path.name).write_text(path.read_text())
-            (after / path.name).write_text(path.read_text())
+    sass_diff.export_working_tree(before)
+    sass_diff.export_working_tree(after)
     changed = after / "mxfp4_gemm_sm90_pipe.cu"
     text = changed.read_text()
     assert "constexpr int P_STRIDE = BN + 4;" in text

@@ -22,7 +22,8 @@ import torch
 
 from mxfp4_mm import spec
 from mxfp4_mm.devices import kernel_arch
-from mxfp4_mm.backends import triton_backend
+from mxfp4_mm.backends import triton as triton_backend
+from mxfp4_mm.backends.triton import plans as triton_plans
 from conftest import assert_harness_close, make_inputs, reference_output
 
 triton = pytest.importorskip("triton")
@@ -33,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _compile_gemm(target, block_m=16, block_n=64, block_k=256, split_k=4, b_layout="gather", n=2112, k=7168):
-    plan = triton_backend.Plan(block_m, block_n, block_k, split_k, 4, 2, b_layout=b_layout)
+    plan = triton_plans.Plan(block_m, block_n, block_k, split_k, 4, 2, b_layout=b_layout)
     return triton_backend.aot_compile(plan, n, k, target)
 
 
@@ -92,22 +93,21 @@ def test_gather_scale_offsets_split_into_row_and_column_parts():
 
 
 def test_old_six_field_plans_still_work():
-    plan = triton_backend.Plan(16, 64, 128, 4, 8, 2)
+    plan = triton_plans.Plan(16, 64, 128, 4, 8, 2)
     assert (plan.waves_per_eu, plan.group_size_m, plan.cache_modifier, plan.b_layout) == (0, 1, "", "gather")
     assert triton_backend.plan_label(plan) == "m16n64k128w8s2.sk4.e0.g1.ca.gather"
 
 
 def test_sm90_candidates_put_the_measured_plan_first():
-    from mxfp4_mm.tables import triton_plans
     for shape, listed in triton_plans.PLANS["sm_90"].items():
         plans = triton_backend.candidates_for_arch(*shape, "sm_90", 132)
-        assert plans[0] == triton_backend.Plan(*listed)
+        assert plans[0] == triton_plans.Plan(*listed)
         assert all(triton_backend.fits(p, shape[1], shape[2]) for p in plans)
         assert len({triton_backend.plan_label(p) for p in plans}) == len(plans) > 1
 
 
 def test_chunked_layouts_refuse_shapes_they_cannot_read():
-    plan = triton_backend.Plan(16, 64, 512, 1, 4, 1, b_layout="shuffled")
+    plan = triton_plans.Plan(16, 64, 512, 1, 4, 1, b_layout="shuffled")
     assert triton_backend.fits(plan, 2112, 7168)
     assert not triton_backend.fits(plan, 48, 7168)      # N % 32 != 0
     assert not triton_backend.fits(plan, 2112, 1536 + 256)  # K % BLOCK_K != 0
@@ -130,14 +130,14 @@ def test_the_tuner_is_offered_only_memchecked_layouts(monkeypatch):
 def test_split_k_steps_leave_no_empty_split():
     for k_steps in range(1, 40):
         for wanted in range(1, 20):
-            split_k, steps = triton_backend.split_k_steps(k_steps, wanted)
+            split_k, steps = triton_plans.split_k_steps(k_steps, wanted)
             assert (split_k - 1) * steps < k_steps <= split_k * steps
 
 
 _INTERPRETER_CHECK = r"""
 import sys, torch
 from mxfp4_mm import spec
-from mxfp4_mm.backends import triton_backend
+from mxfp4_mm.backends import triton as triton_backend
 golden, a_convert = torch.load(sys.argv[1]), sys.argv[2]
 for case in golden["cases"]:
     x = case["x"]
@@ -181,7 +181,8 @@ def test_fused_quantization_is_bit_exact_in_the_interpreter(a_convert):
 
 _EXACT_FALLBACK_CHECK = r"""
 import torch, triton, triton.language as tl
-from mxfp4_mm import spec, triton_kernels as tk
+from mxfp4_mm import spec
+from mxfp4_mm.backends.triton import kernels as tk
 
 EXTREME_BYTES = (0, 1, 126, 127, 128, 252, 253, 254, 255)
 
@@ -229,7 +230,7 @@ def check_dequantize():
 
 
 def check_fast_range():
-    # Flagged: bytes 253..255 and any pair whose K-long sums of products can reach 2^128;
+    # Flagged: bytes 192..255 and any pair whose K-long sums of products can reach 2^128;
     # never flagged: ordinary data.
     a, b = torch.meshgrid(torch.arange(256, dtype=torch.int32), torch.arange(256, dtype=torch.int32), indexing="ij")
     size = 256 * 256
@@ -243,6 +244,7 @@ def check_fast_range():
         assert flagged[largest_sum >= 2.0 ** 128].all()
         assert not flagged[(a <= 140) & (b <= 140)].any()
         assert flagged[(a == 250) & (b == 127)].all()  # a huge A block against ordinary B
+        assert flagged[a >= 192].all() and flagged[b >= 192].all()  # a block scaled by 2^65 or more
 
 
 def extreme_operands(m, n, k, gen):
@@ -329,8 +331,8 @@ def test_matches_reference(m, n, k):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("plan", [
-    triton_backend.Plan(16, 64, 256, 3, 4, 2), triton_backend.Plan(16, 32, 128, 5, 4, 3),
-    triton_backend.Plan(32, 128, 256, 8, 8, 2), triton_backend.Plan(64, 64, 256, 1, 4, 2),
+    triton_plans.Plan(16, 64, 256, 3, 4, 2), triton_plans.Plan(16, 32, 128, 5, 4, 3),
+    triton_plans.Plan(32, 128, 256, 8, 8, 2), triton_plans.Plan(64, 64, 256, 1, 4, 2),
 ])
 def test_split_k_plans_write_every_element_and_reset_their_counters(plan):
     for seed in (1, 2):  # the second call relies on the counters the first left at 0
@@ -373,7 +375,6 @@ def test_fused_quantization_is_bit_exact_on_the_gpu(a_convert):
 def _candidate_cases():
     """(shape, plan) for every gfx950 and sm_90 candidate of the task shapes: the kernel logic of each
     (layouts, split-K, tiles) is the same on any GPU, so the H200 checks the gfx950 ones too."""
-    from mxfp4_mm.tables import triton_plans
     cases = []
     for shape in TASK_SHAPES:
         for arch in ("gfx950", "sm_90"):
@@ -425,8 +426,8 @@ def test_special_blocks_quantize_exactly_as_the_spec():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("plan", [
-    triton_backend.Plan(16, 64, 256, 1, 4, 2), triton_backend.Plan(16, 128, 512, 2, 4, 1, b_layout="shuffled"),
-    triton_backend.Plan(8, 128, 512, 1, 8, 1, 2, 1, ".cg", "vector"),
+    triton_plans.Plan(16, 64, 256, 1, 4, 2), triton_plans.Plan(16, 128, 512, 2, 4, 1, b_layout="shuffled"),
+    triton_plans.Plan(8, 128, 512, 1, 8, 1, 2, 1, ".cg", "vector"),
 ])
 def test_nan_and_inf_rows_match_the_reference(plan):
     a = _special_blocks(16, 1024, 5).cuda()
@@ -475,9 +476,9 @@ def test_an_inf_in_a_nan_block_gives_the_specs_nan_where_b_is_zero():
     b_q, b_scales = spec.quantize_mxfp4(torch.randn((n, k), generator=gen).bfloat16())
     ref, operands = _spec_output(a, b_q, b_scales)
     assert ref.isnan().any() and ref.isinf().any()
-    plans = [None, triton_backend.Plan(16, 64, 256, 1, 4, 2), triton_backend.Plan(16, 64, 128, 4, 4, 2),
-             triton_backend.Plan(16, 128, 512, 2, 4, 1, b_layout="shuffled"),
-             triton_backend.Plan(8, 128, 512, 1, 8, 1, 2, 1, ".cg", "vector")]
+    plans = [None, triton_plans.Plan(16, 64, 256, 1, 4, 2), triton_plans.Plan(16, 64, 128, 4, 4, 2),
+             triton_plans.Plan(16, 128, 512, 2, 4, 1, b_layout="shuffled"),
+             triton_plans.Plan(8, 128, 512, 1, 8, 1, 2, 1, ".cg", "vector")]
     for label, out in _outputs(plans, operands):
         _assert_matches_the_spec(out, ref.cuda(), label)
 
@@ -496,7 +497,7 @@ def test_a_huge_block_next_to_a_nan_block_matches_the_spec():
     ref, operands = _spec_output(a, b_q, b_scales)
     assert spec.quantize_mxfp4(a)[1][0, :2].tolist() == [250, 254]
     assert ref.isfinite().all() and ref.float().abs().max() > 2.0 ** 120
-    plans = [None, triton_backend.Plan(16, 32, 128, 1, 4, 2), triton_backend.Plan(16, 64, 128, 1, 4, 2)]
+    plans = [None, triton_plans.Plan(16, 32, 128, 1, 4, 2), triton_plans.Plan(16, 64, 128, 1, 4, 2)]
     for label, out in _outputs(plans, operands):
         _assert_matches_the_spec(out, ref.cuda(), label)
 
@@ -512,7 +513,7 @@ def test_b_scale_bytes_253_to_255_match_the_spec():
     b_scales[5, 9], b_scales[6, 10], b_scales[7, 11], b_scales[8, 12] = 252, 253, 254, 255
     ref, operands = _spec_output(a, b_q, b_scales)
     assert ref[:, 8].isnan().all() and (ref[:, 6].isinf() | ref[:, 6].isnan()).all()
-    plans = [None, triton_backend.Plan(16, 64, 256, 2, 4, 2),
-             triton_backend.Plan(16, 64, 512, 1, 4, 1, b_layout="shuffled")]
+    plans = [None, triton_plans.Plan(16, 64, 256, 2, 4, 2),
+             triton_plans.Plan(16, 64, 512, 1, 4, 1, b_layout="shuffled")]
     for label, out in _outputs(plans, operands):
         _assert_matches_the_spec(out, ref.cuda(), label)

@@ -33,14 +33,15 @@ if "amd" not in backends:
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 import gfx950_compare  # noqa: E402
 
-from mxfp4_mm.backends import triton_backend  # noqa: E402
+from mxfp4_mm.backends import triton as triton_backend  # noqa: E402
+from mxfp4_mm.backends.triton import plans as triton_plans  # noqa: E402
 
 SHAPES = gfx950_compare.BENCHMARKS + gfx950_compare.TESTS
 COMPUTE_UNITS = 256  # MI355X
 
 
 def _compile_key(plan, n, k):
-    split = triton_backend.split_k_steps(-(-k // plan.block_k), plan.split_k)[0] > 1
+    split = triton_plans.split_k_steps(-(-k // plan.block_k), plan.split_k)[0] > 1
     return plan._replace(split_k=2 if split else 1), n % 16 == 0, k % 16 == 0, k % plan.block_k == 0
 
 
@@ -75,10 +76,9 @@ def tile_work_per_step(plan) -> int:
 
 
 def test_every_shape_has_candidates_with_the_prior_first():
-    from mxfp4_mm.tables import triton_plans
     for shape in SHAPES:
         plans = triton_backend.candidates_for_arch(*shape, "gfx950", COMPUTE_UNITS)
-        assert plans and plans[0] == triton_backend.Plan(*triton_plans.PLANS["gfx950"][shape]), shape
+        assert plans and plans[0] == triton_plans.Plan(*triton_plans.PLANS["gfx950"][shape]), shape
         assert len({triton_backend.plan_label(p) for p in plans}) == len(plans), shape
 
 
@@ -117,7 +117,6 @@ def test_hardware_convert_plans_convert_each_a_pair_once(compiled):
 def test_the_check_sees_replicated_waves():
     """Negative control: AMD's N=7168 K=2048 config (a 16x128 tile on 8 waves) with chunked B scale
     loads replicates under Triton 3.6 (each wave computes 16x32), and the check above must say so."""
-    from mxfp4_mm.tables import triton_plans
     plan = triton_plans.aiter_plan((64, 7168, 2048))._replace(b_layout="vector")
     stats = _stats((plan, 7168, 2048))
     assert stats["loop_mfma"] * plan.num_warps == 2 * tile_work_per_step(plan)

@@ -4,12 +4,12 @@ repetition by repetition so drift hits them alike, medians.
 
     python3 tools/cuda_lab.py ab BEFORE.cu
         The package's kernel source against another version of it, same plans, same process
-        (e.g. `git show REV:mxfp4_mm/kernels/mxfp4_gemm_sm90.cu > /tmp/before.cu`).
+        (e.g. `git show REV:mxfp4_mm/backends/cuda/mxfp4_gemm_sm90.cu > before.cu`).
     python3 tools/cuda_lab.py host [--calls 2000]
         Eager host cost per call, back to back without flush: custom_kernel (validation + dispatch +
         launch) vs the bare runner vs one torch.mm of the same size.
     python3 tools/cuda_lab.py pipe [--max-plans 8] [--plans "M,N,K:pipe,... ..."]
-        The v9 pipe plans (kernels/mxfp4_gemm_sm90_pipe.cu) of each shape against the table's plan
+        The pipe plans (backends/cuda/mxfp4_gemm_sm90_pipe.cu) of each shape against the table's plan
         and cuBLAS bf16 on pre-dequantized operands (bf16_matmul); every plan checked once.
     python3 tools/cuda_lab.py once 16,2112,7168 [--plan PLAN]
         One call of one shape, for a profiler: ncu -k mxfp4_gemm -c 1 python3 tools/cuda_lab.py once ...
@@ -21,6 +21,7 @@ ablations, option sets) are at the tag cuda-lab-2026-12-04.
 """
 
 import argparse
+import concurrent.futures
 import json
 import statistics
 import sys
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import mxfp4_mm  # noqa: E402
 from mxfp4_mm import bench  # noqa: E402
 from mxfp4_mm.backends import cuda  # noqa: E402
-from mxfp4_mm.tables import cuda_plans  # noqa: E402
+from mxfp4_mm.backends.cuda import plans as cuda_plans  # noqa: E402
 
 POOL = 4
 
@@ -49,8 +50,8 @@ def parse_plan(text):
     """A cuda Plan from '64,8,1,1,2,4,0', a PipePlan from 'pipe,256,64,4,64,9,1'."""
     fields = text.split(",")
     if fields[0] == cuda_plans.PIPE:
-        return cuda.PipePlan(fields[0], *map(int, fields[1:]))
-    return cuda.Plan(*map(int, fields))
+        return cuda_plans.PipePlan(fields[0], *map(int, fields[1:]))
+    return cuda_plans.Plan(*map(int, fields))
 
 
 def parse_work(shapes, plans):
@@ -115,7 +116,7 @@ def compare(args, device, timer, variants_of):
 def ab(args, device, timer):
     before = Path(args.before).read_text()
     if not hasattr(cuda, "read_source"):
-        sys.exit("cuda_lab ab: backends/cuda.py no longer reads its source through read_source")
+        sys.exit("cuda_lab ab: the cuda backend no longer reads its source through read_source")
 
     def with_source(text, m, n, k, plan):
         original = cuda.read_source
@@ -180,7 +181,8 @@ def pipe(args, device, timer):
     rows, totals = [], {}
     for (m, n, k), plans in pipe_work(args, device):
         case = bench.Case(m, n, k, 100, POOL, device)
-        cuda.prepare(m, n, k, device, plans)
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:  # NVRTC runs outside the GIL
+            list(pool.map(lambda plan: cuda.build(m, n, k, device, plan), plans))
         runners = {"table " + cuda.plan_label(cuda.plan_for(m, n, k, device)): cuda.make_runner(m, n, k, device)}
         runners.update({cuda.plan_label(plan): cuda.make_runner(m, n, k, device, plan) for plan in plans})
         correct = {name: bench.harness_close(run(*runner_args(case.inputs[0])), case.references[0])

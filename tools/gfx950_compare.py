@@ -5,7 +5,7 @@ design at AMD's tuned config, all AOT-compiled with Triton.
 "aiter's design at AMD's config" is our own kernel set up as aiter's: A quantized in the kernel,
 B_q with byte-gathered B scales (aiter's row-major path reads them unshuffled; the gather is our
 equivalent), AMD's block sizes, warps, stages, waves_per_eu, cache modifier and split-K from aiter's
-gfx950-GEMM-A16WFP4*.json (AITER_CONFIGS in mxfp4_mm/tables/triton_plans.py).
+gfx950-GEMM-A16WFP4*.json (AITER_CONFIGS in mxfp4_mm/backends/triton/plans.py).
 
 Per kernel: K-loop VALU and scaled MFMAs over the whole grid (per-wave loop-body counts x waves
 per program x K steps per program x programs), VGPRs, spills, occupancy (waves per SIMD).
@@ -74,11 +74,12 @@ def triton_numbers(m: int, n: int, k: int, plan) -> dict:
     """Static figures of one Triton plan on one shape, over the whole grid."""
     from triton.backends.compiler import GPUTarget
 
-    from mxfp4_mm.backends import triton_backend
+    from mxfp4_mm.backends import triton as triton_backend
+    from mxfp4_mm.backends.triton import plans as triton_plans
 
     stats = isa_stats(triton_backend.aot_compile(plan, n, k, GPUTarget("hip", "gfx950", 64)).asm["amdgcn"])
     k_steps = -(-k // plan.block_k)
-    split_k = triton_backend.split_k_steps(k_steps, plan.split_k)[0]
+    split_k = triton_plans.split_k_steps(k_steps, plan.split_k)[0]
     tiles = -(-m // plan.block_m) * -(-n // plan.block_n)
     wave_steps = tiles * k_steps * plan.num_warps  # every wave of every program runs the body once per step
     return dict(plan=triton_backend.plan_label(plan), programs=tiles * split_k,
@@ -107,8 +108,8 @@ def _cells(numbers: dict, reference: dict = None) -> list:
 
 
 def main(argv=None) -> int:
-    from mxfp4_mm.backends import triton_backend
-    from mxfp4_mm.tables import triton_plans
+    from mxfp4_mm.backends import triton as triton_backend
+    from mxfp4_mm.backends.triton import plans as triton_plans
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -41,21 +41,19 @@ def inputs(m, n, k, device, extreme):
     return bench.with_huge_a_block(data) if extreme else data
 
 
-def _cuda_table_plans(cuda, m, n, k):
-    """The distinct plans of the cuda table that fit (m, n, k), then the v9 pipe plans of the shape
+def _cuda_table_plans(m, n, k):
+    """The distinct plans of the cuda table that fit (m, n, k), then the pipe plans of the shape
     (offered to the tuner only once they pass here)."""
-    from mxfp4_mm.tables import cuda_plans
-    is_valid = getattr(cuda, "is_valid", None) or getattr(cuda_plans, "is_valid")
+    from mxfp4_mm.backends.cuda import plans as cuda_plans
     plans = []
     for fields in cuda_plans.PLANS.values():
-        if fields[0] == getattr(cuda_plans, "PIPE", None):
+        if fields[0] == cuda_plans.PIPE:
             continue  # a pipe entry: covered by pipe_plans below
-        plan = cuda.Plan(*fields)
-        if plan not in plans and is_valid(m, n, k, plan):
+        plan = cuda_plans.Plan(*fields)
+        if plan not in plans and cuda_plans.is_valid(m, n, k, plan):
             plans.append(plan)
-    pipe_plans = getattr(cuda_plans, "pipe_plans", None)
-    if pipe_plans and torch.cuda.get_device_capability() == (9, 0):
-        plans += [plan for plan in pipe_plans(m, n, k) if plan not in plans]
+    if torch.cuda.get_device_capability() == (9, 0):
+        plans += [plan for plan in cuda_plans.pipe_plans(m, n, k) if plan not in plans]
     return plans
 
 

@@ -6,7 +6,7 @@ build of the plans below is compiled from both sources with nvcc and its instruc
 sanitized on the GPU for the revision; the others need the GPU again.
 
     python3 tools/sass_diff.py --before HEAD~3                  # the pipe plans offered for the shapes
-    python3 tools/sass_diff.py --before 1f9119f --kernel v8     # the v8 kernel's table plans
+    python3 tools/sass_diff.py --before HEAD --kernel table     # the mma.sync kernel's table plans
     python3 tools/sass_diff.py --before HEAD --shapes "64,7168,2048;17,48,576"
     python3 tools/sass_diff.py --before HEAD~1 --kernel candidates --shapes "16,2112,7168;64,3072,1536"
         # every plan cuda.candidates offers on an H200 (the table's, the ranked ones, the pipe ones)
@@ -28,10 +28,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mxfp4_mm.backends import cuda  # noqa: E402
-from mxfp4_mm.tables import cuda_plans  # noqa: E402
+from mxfp4_mm.backends.cuda import plans as cuda_plans  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-KERNELS = Path("mxfp4_mm/kernels")
+PACKAGE = "mxfp4_mm"
+KERNEL_SUFFIXES = (".cu", ".h")
 H200_UNITS = 132
 BENCH_SHAPES = "4,2880,512;16,2112,7168;32,4096,512;32,2880,512;64,7168,2048;256,3072,1536"
 _ADDRESS = re.compile(r"/\*[0-9a-f]+\*/")
@@ -101,27 +102,35 @@ def plan_builds(kernel: str, shapes: str) -> list:
         else:  # the table's plan and the cost model's first candidates
             plans = [cuda_plans.plan_for_shape(m, n, k)] + cuda_plans.ranked_plans(m, n, k, limit=8)
         for plan in plans:
-            source = cuda.PIPE_SOURCE if isinstance(plan, cuda.PipePlan) else cuda.SOURCE
-            arch = "sm_90" if isinstance(plan, cuda.Plan) else "sm_90a"
-            builds[(source, cuda.compile_options(n, k, plan), arch)] = None
+            source = cuda.PIPE_SOURCE if isinstance(plan, cuda_plans.PipePlan) else cuda.SOURCE
+            arch = "sm_90" if isinstance(plan, cuda_plans.Plan) else "sm_90a"
+            builds[(source, cuda_plans.compile_options(n, k, plan), arch)] = None
     return list(builds)
 
 
 def export_revision(rev: str, target: Path) -> None:
-    """The kernel sources and headers of `rev` into `target`."""
-    listing = subprocess.run(["git", "ls-tree", "--name-only", f"{rev}:{KERNELS}"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.split()
-    for name in listing:
-        if name.endswith((".cu", ".h")):
-            text = subprocess.run(["git", "show", f"{rev}:{KERNELS / name}"], cwd=ROOT, capture_output=True,
-                                  check=True).stdout
-            (target / name).write_bytes(text)
+    """The kernel sources and headers of `rev`, wherever in the package they live, into `target` by
+    file name (names are unique across the package; the folders moved between revisions)."""
+    listing = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "--", PACKAGE], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.split()
+    for path in listing:
+        if path.endswith(KERNEL_SUFFIXES):
+            text = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, check=True).stdout
+            (target / Path(path).name).write_bytes(text)
+
+
+def export_working_tree(target: Path) -> None:
+    """The working tree's kernel sources and headers into `target` by file name."""
+    from mxfp4_mm.kernels import source_paths
+    for name, path in source_paths().items():
+        if name.endswith(KERNEL_SUFFIXES):
+            shutil.copyfile(path, target / name)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="git revision of the sources to compare against")
-    parser.add_argument("--kernel", choices=("pipe", "v8", "candidates"), default="pipe")
+    parser.add_argument("--kernel", choices=("pipe", "table", "candidates"), default="pipe")
     parser.add_argument("--shapes", default=BENCH_SHAPES, help="'m,n,k;m,n,k' (default: the benchmark shapes)")
     parser.add_argument("--fail-on-diff", action="store_true")
     args = parser.parse_args(argv)
@@ -129,9 +138,11 @@ def main(argv=None):
         print("sass_diff: needs nvcc")
         return 2
     builds = plan_builds(args.kernel, args.shapes)
-    with tempfile.TemporaryDirectory(prefix="sass_diff_rev_") as before:
+    with tempfile.TemporaryDirectory(prefix="sass_diff_rev_") as before, \
+            tempfile.TemporaryDirectory(prefix="sass_diff_tree_") as after:
         export_revision(args.before, Path(before))
-        results = compare_builds(Path(before), ROOT / KERNELS, builds, jobs=min(8, os.cpu_count() or 1))
+        export_working_tree(Path(after))
+        results = compare_builds(Path(before), Path(after), builds, jobs=min(8, os.cpu_count() or 1))
     differ = 0
     for name, options, arch, old, new in results:
         same = old == new

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-NOT_SHIPPED = frozenset({"bundle.py", "floor_kernels.py", "tune.py"})  # build-time and bench-only modules
+NOT_SHIPPED = frozenset({"bundle.py", "floor_kernels.py", "peer_humming.py", "tune.py"})  # build-time and bench-only modules
 LEDGER_FILE = "ledger.jsonl"
 
 

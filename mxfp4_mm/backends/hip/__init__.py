@@ -123,12 +123,6 @@ def build(m: int, n: int, k: int, device: torch.device, plan: hip_plans.Plan) ->
                        compile_options(m, n, k, plan) + line_info_options())
 
 
-def prepare(m: int, n: int, k: int, device: torch.device, plans) -> None:
-    """Compile these plans' builds (disk-cached by the runtime; safe from a worker thread)."""
-    for plan in plans:
-        _module(m, n, k, device, plan)
-
-
 def fallback_plan(m: int, n: int, k: int, plan: hip_plans.Plan) -> hip_plans.Plan:
     """Plan for calls without B_shuffle: the plan itself if its variant reads B_q, else the rule
     over the generic B_q variants."""

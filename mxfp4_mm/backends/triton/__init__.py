@@ -1,7 +1,7 @@
 """Triton backend: one `tl.dot_scaled` kernel launch per call, A quantized inside the kernel.
 
 Portable fallback: native scaled MFMA on gfx950, emulated (fp4 -> bf16 MMA) on Hopper.
-Plans come from `tables/triton_plans.py` per kernel arch and shape (gfx950: AMD's tuned
+Plans come from `plans.py` (beside this file; the kernels are in `kernels.py`) per kernel arch and shape (gfx950: AMD's tuned
 `gemm_a16wfp4` figures), else from `general_plan`; `candidates` lists the plans worth timing.
 The split-K workspace and per-tile counters come from `scratch.split_k_workspace`, one per
 (device, current queue, shape, plan): calls on two queues never share them.
@@ -9,18 +9,16 @@ The split-K workspace and per-tile counters come from `scratch.split_k_workspace
 
 import torch
 
-from ..devices import kernel_arch
-from ..scratch import split_k_workspace
-from ..tables import triton_plans
+from ...devices import kernel_arch
+from ...scratch import split_k_workspace
+from . import plans as triton_plans
+from .plans import Plan, general_plan, split_k_steps
 
 NAME = "triton"
 
 # Plan fields, b_layout: "gather" (B_q; scales gathered byte by byte), "vector" (B_q; scales read
 # as 256-byte chunks), "shuffled" (B_shuffle; scales as "vector"). cache_modifier applies to B's loads.
-Plan = triton_plans.Plan
-general_plan = triton_plans.general_plan
-split_k_steps = triton_plans.split_k_steps
-B_LAYOUTS = {"gather": 0, "vector": 1, "shuffled": 2}  # triton_kernels.B_GATHER, B_VECTOR, B_SHUFFLED
+B_LAYOUTS = {"gather": 0, "vector": 1, "shuffled": 2}  # kernels.B_GATHER, B_VECTOR, B_SHUFFLED
 MFMA_NONK_DIM = 16  # gfx950: v_mfma_scale_f32_16x16x128 (AMD's configs use 16 throughout)
 
 
@@ -113,15 +111,15 @@ def _launch_arguments(m, n, k, plan: Plan):
 def build(m: int, n: int, k: int, device: torch.device, plan: Plan) -> None:
     """Compile the plan's kernel into Triton's disk cache without launching it (a build worker's
     job): the launch's own specialization (aligned pointers, the same integers), so the launch finds it."""
-    from .. import triton_kernels
-    from ..validate import scale_cols
+    from . import kernels
+    from ...validate import scale_cols
 
     if not fits(plan, n, k):
         raise ValueError(f"plan: {plan_label(plan)} needs N % 32 == 0 and K % block_k == 0 (N={n}, K={k})")
     grid, tiles, _, arguments, split_k, steps = _launch_arguments(m, n, k, plan)
     bf16, u8 = torch.bfloat16, torch.uint8
     with torch.cuda.device(device):
-        triton_kernels.mxfp4_gemm_kernel.warmup(bf16, u8, u8, bf16, torch.float32, torch.int32, m, n, k,
+        kernels.mxfp4_gemm_kernel.warmup(bf16, u8, u8, bf16, torch.float32, torch.int32, m, n, k,
                                                 scale_cols(k), split_k, steps, tiles, grid=grid, **arguments)
 
 
@@ -149,7 +147,7 @@ def kernel_constants(plan: Plan, k: int, split_k: int) -> dict:
 def make_launcher(m, n, k, device, plan: Plan):
     """launch(a, b, b_scale_sh, out): one kernel launch writing out [m, n]; b is B_shuffle
     for a "shuffled" plan, else B_q."""
-    from .. import triton_kernels
+    from . import kernels
 
     if not fits(plan, n, k):
         raise ValueError(f"plan: {plan_label(plan)} needs N % 32 == 0 and K % block_k == 0 (N={n}, K={k})")
@@ -157,7 +155,7 @@ def make_launcher(m, n, k, device, plan: Plan):
         raise ValueError(f"plan: {plan_label(plan)} uses gfx950's fp4 convert; this GPU is {kernel_arch(device)}")
     grid, tiles, partials_shape, arguments, split_k, steps = _launch_arguments(m, n, k, plan)
     workspace_key = (NAME, m, n, k, plan)
-    kernel = triton_kernels.mxfp4_gemm_kernel[grid]
+    kernel = kernels.mxfp4_gemm_kernel[grid]
     # The current queue's workspace now, so the first call launches nothing but the GEMM.
     split_k_workspace(device, workspace_key, partials_shape, tiles)
 
@@ -203,11 +201,11 @@ def aot_compile(plan: Plan, n: int, k: int, target, split_k: int = None):
     import triton
     from triton.compiler import ASTSource
 
-    from .. import triton_kernels
+    from . import kernels
 
     split_k = split_k_steps(-(-k // plan.block_k), plan.split_k)[0] if split_k is None else split_k
     constants = kernel_constants(plan, k, split_k)
-    names = triton_kernels.mxfp4_gemm_kernel.arg_names
+    names = kernels.mxfp4_gemm_kernel.arg_names
     signature = dict(_POINTERS, **{s: "i32" for s in _SIZES}, **{c: "constexpr" for c in constants})
     pointer_attrs = [["tt.divisibility", 16]] + ([["tt.pointer_range", 32]] if target.backend == "hip" else [])
     attrs = {(names.index(p),): pointer_attrs for p in _POINTERS}
@@ -215,14 +213,14 @@ def aot_compile(plan: Plan, n: int, k: int, target, split_k: int = None):
     options = dict(num_warps=plan.num_warps, num_stages=plan.num_stages)
     if target.backend == "hip":
         options.update(waves_per_eu=plan.waves_per_eu, matrix_instr_nonkdim=MFMA_NONK_DIM)
-    return triton.compile(ASTSource(triton_kernels.mxfp4_gemm_kernel, signature, constants, attrs),
+    return triton.compile(ASTSource(kernels.mxfp4_gemm_kernel, signature, constants, attrs),
                           target=target, options=options)
 
 
 def quantize(x: torch.Tensor, block_m: int = 16, block_k: int = 256, a_convert: str = "arithmetic"):
     """Debug path: the kernel's fused A quantization alone -> (codes [M, K/2], scales [M, K/32]);
     a_convert as the plan field."""
-    from .. import triton_kernels
+    from . import kernels
 
     m, k = x.shape
     if k % block_k:
@@ -230,6 +228,6 @@ def quantize(x: torch.Tensor, block_m: int = 16, block_k: int = 256, a_convert: 
     codes = torch.empty((m, k // 2), dtype=torch.uint8, device=x.device)
     scales = torch.empty((m, k // 32), dtype=torch.uint8, device=x.device)
     grid = (-(-m // block_m), k // block_k)
-    triton_kernels.quantize_kernel[grid](x.contiguous(), codes, scales, m, k, BLOCK_M=block_m, BLOCK_K=block_k,
+    kernels.quantize_kernel[grid](x.contiguous(), codes, scales, m, k, BLOCK_M=block_m, BLOCK_K=block_k,
                                          A_CONVERT=triton_plans.A_CONVERTS[a_convert])
     return codes, scales

@@ -1,4 +1,4 @@
-// a4w4 MXFP4 GEMM for Hopper (sm_90a), v9 "pipe": C[M,N] = dq(q(A)) @ dq(B)^T in one launch,
+// a4w4 MXFP4 GEMM for Hopper (sm_90a), the "pipe" kernel: C[M,N] = dq(q(A)) @ dq(B)^T in one launch,
 // chunk-pipelined, with warpgroup MMAs whose operands both come from shared memory.
 //
 // Swap-AB wgmma: the weights (BN rows of N) are wgmma's A operand, one m64 tile per warpgroup;
@@ -9,11 +9,10 @@
 //
 // Shared memory, per K chunk of KC values (KC/32 scale blocks):
 //   stage ring (STAGES slots, filled by cp.async ahead of the chunk converted):
-//     A  [k8 group][m] x 16 B: raw bf16, quantized in place into the wgmma operand (CN == 1)
+//     A  [k8 group][m] x 16 B: raw bf16, quantized in place into the wgmma operand
 //     Bq [block][n] x 16 B: the packed codes of one 32-block of one row of B
 //     Bs per (32-row group, block): the 64 bytes of the shuffled scale tensor holding its bytes
 //   B operand, double-buffered: [k8 group][n] x 16 B bf16, converted from Bq and Bs.
-//   CN > 1: the A slab, every chunk of the CTA's K range side by side in the stage's A layout.
 // Both operands are K-major core matrices without swizzle (8 rows x 16 B; LBO = rows * 16 bytes
 // between the two k8 halves of a k16 step, SBO = 128 bytes between 8-row groups).
 // A B block (one row, 16 bytes of codes) belongs to one thread and becomes 4 pieces of its
@@ -31,9 +30,9 @@
 // read the stage are done). The warpgroups wait on `full`, convert, and meet once per chunk at a
 // named barrier that excludes the copy warps; their fences no longer wait on copies in flight.
 // The proxy fence is CTA-scoped (`fence.proxy.async.shared::cta`; the plain `fence.proxy.async`
-// compiles to MEMBAR.ALL.GPU). On the H200 the two time the same (notes/cuda.md, v9.1).
+// compiles to MEMBAR.ALL.GPU). On the H200 the two time the same (notes/cuda.md).
 //
-// Split-K runs across a (CN, SPLITK, 1) thread-block cluster; partial tiles are summed in rank
+// Split-K runs across a (1, SPLITK, 1) thread-block cluster; partial tiles are summed in rank
 // order through distributed shared memory (deterministic; no scratch, no counters). M is a launch
 // argument: rows >= M are zero-filled by the copies and never stored.
 // Operands outside the folded range (B scale bytes 1..64 or >= 192, A block exponents > 64,
@@ -41,11 +40,9 @@
 //
 // Compile-time configuration (-D): GN GK (shape), BN (rows of N per CTA: 64 per warpgroup),
 // BM (rows of M per CTA: the wgmma n), SPLITK (CTAs along K), KC (K per chunk: 64 or 128),
-// STAGES (stage ring slots, >= 3), COPY_WARPS (warps that only issue copies; 0: every thread),
-// CN (CTAs along N sharing A's quantization through the cluster: one A slab for the CTA's K range,
-// 1/CN of its rows quantized by each, all exchanged before the first MMA; needs COPY_WARPS > 0).
-// tables/cuda_plans.py's compile_options writes COPY_WARPS and CN only where they differ from
-// their defaults; without GN the file builds a default plan.
+// STAGES (stage ring slots, >= 3), COPY_WARPS (warps that only issue copies; 0: every thread).
+// plans.py's compile_options writes COPY_WARPS only where it differs from its default; without GN
+// the file builds a default plan.
 
 #ifndef GN
 #define GN 256
@@ -58,9 +55,6 @@
 #endif
 #ifndef COPY_WARPS
 #define COPY_WARPS 0
-#endif
-#ifndef CN
-#define CN 1
 #endif
 
 #include "mxfp4_exact.h"
@@ -77,18 +71,14 @@ constexpr int ISSUERS = COPY_WARPS ? COPY_WARPS * 32 : NTHREADS;  // threads iss
 // Copy loops of a copy warp run many iterations: unrolled fully they hoist more addresses than
 // the registers hold.
 constexpr int COPY_UNROLL = COPY_WARPS ? 4 : 64;
-constexpr int AS_ROWS = BM / CN;                   // rows of A this CTA copies and quantizes
-constexpr int A_STAGE = CN > 1 ? 0 : BM * KC * 2;  // CN > 1: A lives in the slab, not in the ring
+constexpr int A_STAGE = BM * KC * 2;
 constexpr int BQ_STAGE = BN * KC / 2;
 constexpr int BS_STAGE = BN / 32 * NB * 64;
 constexpr int STAGE_BYTES = A_STAGE + BQ_STAGE + BS_STAGE;
 constexpr int BOP_BYTES = BN * KC * 2;
-constexpr int AOP_BYTES = BM * KC * 2;             // one chunk of the A operand
-constexpr int MAX_CHUNKS = (NCHUNK + SPLITK - 1) / SPLITK;  // chunks of the longest K range
-[[maybe_unused]] constexpr int SLAB_BYTES = CN > 1 ? MAX_CHUNKS * AOP_BYTES : 0;
 constexpr int P_STRIDE = BN + 4;  // floats; keeps the accumulator stores conflict-free
-// Dynamic shared memory = max(STAGES * STAGE_BYTES + 2 * BOP_BYTES + SLAB_BYTES, BM * P_STRIDE * 4):
-// tables/cuda_plans.py's pipe_smem_bytes mirrors this.
+// Dynamic shared memory = max(STAGES * STAGE_BYTES + 2 * BOP_BYTES, BM * P_STRIDE * 4):
+// plans.py's pipe_smem_bytes mirrors this.
 
 static_assert(BN % 64 == 0 && BN <= 256, "BN: whole warpgroups");
 static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "BM: a wgmma n with a wrapper");
@@ -96,11 +86,8 @@ static_assert(KC == 64 || KC == 128, "KC");
 static_assert(STAGES >= 3, "STAGES: a stage is refilled two chunks after its MMAs were issued");
 static_assert(COPY_WARPS >= 0 && COPY_WARPS <= 2, "COPY_WARPS");
 static_assert(SPLITK >= 1 && SPLITK <= 8 && SPLITK <= NCHUNK, "SPLITK");
-static_assert(CN == 1 || (COPY_WARPS > 0 && AS_ROWS % 8 == 0 && CN * SPLITK <= 8), "CN: copy warps, 8-row slices, cluster <= 8");
 
-#if CN > 1
-#define CLUSTER_ATTR __cluster_dims__(CN, SPLITK, 1)
-#elif SPLITK > 1
+#if SPLITK > 1
 #define CLUSTER_ATTR __cluster_dims__(1, SPLITK, 1)
 #else
 #define CLUSTER_ATTR
@@ -124,13 +111,12 @@ struct Tile {
     const u8* b_q;
     const u8* b_scale_sh;
     int m_size, m0, n0, chunk_begin;
-    int a_row0;  // first of the AS_ROWS rows of A this CTA copies (CN > 1: its slice of the BM rows)
 };
 
-// Piece p of a chunk's AS_ROWS rows of A: its k8 group and row. A warp covers 8 rows x 4
+// Piece p of a chunk's BM rows of A: its k8 group and row. A warp covers 8 rows x 4
 // consecutive 16-byte pieces: 64-byte runs in global memory, 512 contiguous bytes in shared memory.
-__device__ __forceinline__ int a_piece_k8(int p) { return ((p >> 5) / (AS_ROWS / 8)) * 4 + ((p >> 3) & 3); }
-__device__ __forceinline__ int a_piece_row(int p) { return ((p >> 5) % (AS_ROWS / 8)) * 8 + (p & 7); }
+__device__ __forceinline__ int a_piece_k8(int p) { return ((p >> 5) / (BM / 8)) * 4 + ((p >> 3) & 3); }
+__device__ __forceinline__ int a_piece_row(int p) { return ((p >> 5) % (BM / 8)) * 8 + (p & 7); }
 
 // cp.async of chunk `lc` (of this CTA's range) into `stage` by issuer `tid` of ISSUERS; one commit
 // group per call. A warp covers 8 rows x 4 consecutive 16-byte pieces per instruction: 64-byte runs
@@ -138,7 +124,7 @@ __device__ __forceinline__ int a_piece_row(int p) { return ((p >> 5) % (AS_ROWS 
 __device__ __forceinline__ void issue_chunk(const Tile& tile, u8* stage, int lc, int tid) {
     const int k0 = (tile.chunk_begin + lc) * KC;
     const u32 a_dst = smem_addr(stage), bq_dst = a_dst + A_STAGE, bs_dst = bq_dst + BQ_STAGE;
-    constexpr int A_PIECES = CN > 1 ? 0 : BM * KC / 8;  // (CN > 1: issue_a_slab)
+    constexpr int A_PIECES = BM * KC / 8;
 #pragma unroll COPY_UNROLL
     for (int p0 = 0; p0 < A_PIECES; p0 += ISSUERS) {
         const int p = p0 + tid;
@@ -216,13 +202,10 @@ __device__ __forceinline__ bool convert_b_block(const u8* stage, u8* b_op, int n
 
 // A: a warp task is 8 rows x one block (lane = 8 * piece + row), tasks to warps 0, 1, ...
 // Lanes 0-7 of an A task read 8 consecutive 16-byte rows: conflict-free.
-constexpr int A_TASKS = AS_ROWS / 8 * NB;
+constexpr int A_TASKS = BM / 8 * NB;
 constexpr int CONVERT_WARPS = CONVERTERS / 32;
 
-// Cluster rank of the CTA with N rank q (of CN) in split `split`: cluster dims (CN, SPLITK, 1).
-__device__ __forceinline__ u32 peer_rank(int q, int split) { return (u32)(q + CN * split); }
-
-// CN == 1: the chunk's A quantized in place in the stage (it is the wgmma operand).
+// The chunk's A quantized in place in the stage (it is the wgmma operand).
 __device__ __forceinline__ void quantize_a_chunk(u8* stage, int warp, int lane) {
 #pragma unroll
     for (int i = 0; i < (A_TASKS + CONVERT_WARPS - 1) / CONVERT_WARPS; ++i) {
@@ -231,35 +214,6 @@ __device__ __forceinline__ void quantize_a_chunk(u8* stage, int warp, int lane) 
         const int r = (task % (BM / 8)) * 8 + (lane & 7), kg = 4 * (task / (BM / 8)) + (lane >> 3);
         uint4* const piece = reinterpret_cast<uint4*>(stage + (kg * BM + r) * 16);
         *piece = quantize_a_piece(*piece);
-    }
-}
-
-// CN > 1: this CTA's AS_ROWS rows of A over its whole K range, copied by the converting threads
-// straight into their places in the slab (chunk c's operand at c * AOP_BYTES; rows a_row0 on).
-__device__ __forceinline__ void issue_a_slab(const Tile& tile, u32 slab, int c_begin, int c_end, int tid) {
-    constexpr int PER_CHUNK = AS_ROWS * KC / 8;
-#pragma unroll 4
-    for (int p = c_begin * PER_CHUNK + tid; p < c_end * PER_CHUNK; p += CONVERTERS) {
-        const int c = p / PER_CHUNK, q = p % PER_CHUNK, kg = a_piece_k8(q), row = tile.a_row0 + a_piece_row(q);
-        const int gm = tile.m0 + row, k = (tile.chunk_begin + c) * KC + kg * 8;
-        const bool valid = gm < tile.m_size && k < GK;
-        cp_async16(slab + c * AOP_BYTES + (kg * BM + row) * 16, valid ? tile.a + (size_t)gm * GK + k : tile.a, valid);
-    }
-}
-
-// CN > 1: this CTA's rows of the slab quantized in place and copied into the same place in every
-// peer's slab, so each CTA quantizes 1/CN of the rows all of them multiply.
-__device__ __forceinline__ void quantize_a_slab(u8* slab, int c_begin, int c_end, int n_rank, int split, int warp, int lane) {
-#pragma unroll 1
-    for (int task = c_begin * A_TASKS + warp; task < c_end * A_TASKS; task += CONVERT_WARPS) {  // warp-uniform
-        const int c = task / A_TASKS, t = task % A_TASKS;
-        const int r = n_rank * AS_ROWS + (t % (AS_ROWS / 8)) * 8 + (lane & 7), kg = 4 * (t / (AS_ROWS / 8)) + (lane >> 3);
-        uint4* const piece = reinterpret_cast<uint4*>(slab + c * AOP_BYTES + (kg * BM + r) * 16);
-        const uint4 q = quantize_a_piece(*piece);
-        *piece = q;
-#pragma unroll
-        for (int peer = 0; peer < CN; ++peer)
-            if (peer != n_rank) st_cluster_u4(smem_addr(piece), peer_rank(peer, split), q);
     }
 }
 
@@ -299,23 +253,6 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, u32 parity) {
 __device__ __forceinline__ void converters_sync() {
     asm volatile("bar.sync 1, %0;\n" :: "n"(CONVERTERS) : "memory");
 }
-// The 128 threads of one warpgroup (ids 2 + warpgroup; 0 is __syncthreads, 1 converters_sync).
-__device__ __forceinline__ void warpgroup_sync(int warpgroup) {
-    asm volatile("bar.sync %0, 128;\n" :: "r"(2 + warpgroup) : "memory");
-}
-// CN > 1: arrive on the mbarrier at the same offset in the CTA of cluster rank `rank`. Relaxed:
-// a writer publishing its st.shared::cluster stores runs one `fence.acq_rel.cluster` before its
-// CN arrivals (a release pattern) instead of a release fence per arrival.
-__device__ __forceinline__ void mbar_arrive_remote(unsigned long long* bar, u32 rank) {
-    asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];\n"
-                 :: "r"(cluster_addr(smem_addr(bar), rank)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait_cluster(unsigned long long* bar, u32 parity) {
-    asm volatile("{\n.reg .pred done;\nwait_%=:\n"
-                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra wait_%=;\n}\n" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
-}
-
 // ---- exact fallback (operands outside the folded range; never taken on real data) ---------------
 
 __device__ float b_dequant(const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh, int n, int k) {
@@ -352,7 +289,7 @@ __device__ __forceinline__ void proxy_fence() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// CN == 1: A quantized in place in the stage, this warpgroup's B rows converted, both fenced for
+// A quantized in place in the stage, this warpgroup's B rows converted, both fenced for
 // the wgmmas. Returns whether a B scale byte was below the folded range.
 __device__ __forceinline__ bool convert_chunk(const Tile& tile, u8* stage, u8* b_op, int lc, int tid, int warp, int lane) {
     quantize_a_chunk(stage, warp, lane);
@@ -375,7 +312,6 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
                 u16* __restrict__ c, const int m_size) {
     extern __shared__ __align__(128) u8 smem[];
     u8* const b_ops = smem + STAGES * STAGE_BYTES;
-    [[maybe_unused]] u8* const slab = b_ops + 2 * BOP_BYTES;  // CN > 1
     // The warp index through a shuffle: ptxas then knows the roles below are warp-uniform and keeps
     // the wgmmas of the converting warps asynchronous (else: C7518, serialized wgmmas).
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xFFFFFFFFu, tid >> 5, 0);
@@ -384,20 +320,19 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
     const bool converts = warp < CONVERTERS / 32;
     const bool copies = COPY_WARPS ? !converts : true;
     const int issuer = COPY_WARPS ? tid - CONVERTERS : tid;
-    const int split = blockIdx.y, n_rank = blockIdx.x % CN;
+    const int split = blockIdx.y;
     const int chunk_begin = split * NCHUNK / SPLITK;
     const int chunks = (split + 1) * NCHUNK / SPLITK - chunk_begin;
-    const Tile tile = {a, b_q, b_scale_sh, m_size, (int)blockIdx.z * BM, (int)blockIdx.x * BN, chunk_begin,
-                       n_rank * AS_ROWS};
+    const Tile tile = {a, b_q, b_scale_sh, m_size, (int)blockIdx.z * BM, (int)blockIdx.x * BN, chunk_begin};
 
     float acc[BM / 8][4];
 #pragma unroll
     for (int j = 0; j < BM / 8; ++j)
 #pragma unroll
         for (int q = 0; q < 4; ++q) acc[j][q] = 0.f;
-#if COPY_WARPS && (SPLITK == 1 || CN > 1)
+#if COPY_WARPS && SPLITK == 1
     // Pins the zeroing here: otherwise ptxas sinks it into the chunk loop and serializes every
-    // wgmma (advisory C7515) in these builds (split 1, and shared A with BM 16).
+    // wgmma (advisory C7515) in these builds.
     wgmma_keep(acc);
 #endif
     bool b_scale_low = false;
@@ -407,41 +342,16 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
     // arrived by every converting thread once nothing reads the stage any more) and signal `full`
     // when their copies land; the converting warpgroups wait on `full`, convert, and issue the
     // chunk's wgmmas.
-    // CN == 1: A is quantized in place in the stage, so the stage is free once the chunk's MMAs are
-    // done (released one chunk later); one named barrier over the converters publishes A.
-    // CN > 1: the CTAs of the N group build one A slab for their whole K range: each copies (before
-    // any B copy) and quantizes 1/CN of the rows and writes them into every peer's slab;
-    // `a_ready` counts every converting thread of the group (remote arrivals; cluster-scope
-    // release/acquire).
-    // The ring then holds B only (free right after the conversion), and a warpgroup barrier
-    // publishes the warpgroup's own B rows.
+    // A is quantized in place in the stage, so the stage is free once the chunk's MMAs are done
+    // (released one chunk later); one named barrier over the converters publishes A.
     __shared__ unsigned long long full[STAGES], empty[STAGES];
-#if CN > 1
-    // This CTA's rows of the slab have landed here (`a_landed`); every peer's rows have arrived
-    // (`a_ready`).
-    __shared__ unsigned long long a_landed, a_ready;
-#endif
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&full[s], ISSUERS);
             mbar_init(&empty[s], CONVERTERS);
         }
-#if CN > 1
-        mbar_init(&a_landed, CONVERTERS);
-        mbar_init(&a_ready, CN * CONVERTERS);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-    }
-#if CN > 1
-    cluster_sync();  // every peer's barriers exist before the first remote arrival
-    if (converts && chunks > 0) {  // this CTA's rows of A first, one commit group, before any B copy
-        issue_a_slab(tile, smem_addr(slab), 0, chunks, tid);
-        mbar_arrive_on_copies(&a_landed);
     }
     __syncthreads();
-#else
-    __syncthreads();
-#endif
     if (!converts) {
 #pragma unroll 1
         for (int lc = 0; lc < chunks; ++lc) {
@@ -451,44 +361,17 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
             mbar_arrive_on_copies(&full[s]);
         }
     } else {
-#if CN > 1
-        // The slab: wait for this CTA's rows, quantize them into every peer, publish.
-        if (chunks > 0) {
-            mbar_wait(&a_landed, 0);
-            quantize_a_slab(slab, 0, chunks, n_rank, split, warp, lane);
-            proxy_fence();  // this CTA's own rows, for its wgmmas
-            asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");  // the peers' rows, for theirs
-            asm volatile("fence.acq_rel.cluster;\n" ::: "memory");  // releases the stores above
-#pragma unroll
-            for (int peer = 0; peer < CN; ++peer) mbar_arrive_remote(&a_ready, peer_rank(peer, split));
-        }
-#endif
 #pragma unroll 1
         for (int lc = 0; lc < chunks; ++lc) {
             const int s = lc % STAGES;
-#if CN > 1
-            if (lc == 0) {
-                mbar_wait_cluster(&a_ready, 0);
-                proxy_fence();
-            }
-#endif
             mbar_wait(&full[s], (lc / STAGES) & 1);
             u8* const stage = smem + s * STAGE_BYTES;
             u8* const b_op = b_ops + (lc & 1) * BOP_BYTES;
-#if CN > 1
-            b_scale_low |= convert_b_chunk(tile, stage, b_op, lc, tid);
-            mbar_arrive(&empty[s]);  // the stage holds only B codes and scales
-            proxy_fence();
-            warpgroup_sync(warp >> 2);
-            const u32 a_desc_base = smem_addr(slab + lc * AOP_BYTES);
-#else
             b_scale_low |= convert_chunk(tile, stage, b_op, lc, tid, warp, lane);
             converters_sync();
-            const u32 a_desc_base = smem_addr(stage);
-#endif
-            issue_chunk_mmas(acc, smem_addr(b_op), a_desc_base, wg_row0);
+            issue_chunk_mmas(acc, smem_addr(b_op), smem_addr(stage), wg_row0);
             wgmma_wait<1>();  // chunk lc-1's MMAs are done
-            if (CN == 1 && lc > 0) mbar_arrive(&empty[(lc - 1) % STAGES]);
+            if (lc > 0) mbar_arrive(&empty[(lc - 1) % STAGES]);
         }
     }
 #else
@@ -541,7 +424,7 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
             p[P_STRIDE + 8] = acc[j][3];
         }
     }
-    if constexpr (SPLITK > 1 || CN > 1) cluster_sync();
+    if constexpr (SPLITK > 1) cluster_sync();
     else __syncthreads();
     constexpr int F4 = BM * BN / 4;
     const int f_begin = split * F4 / SPLITK, f_end = (split + 1) * F4 / SPLITK;
@@ -554,11 +437,11 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
 #pragma unroll
         for (int s = 0; s < SPLITK; ++s) {
             float4 v;
-            if constexpr (SPLITK > 1) v = ld_cluster_f4(smem_addr(p), peer_rank(n_rank, s));
+            if constexpr (SPLITK > 1) v = ld_cluster_f4(smem_addr(p), (u32)s);
             else v = *reinterpret_cast<const float4*>(p);
             sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
         }
         if (gn < GN) store_bf16x4(c + (size_t)gm * GN + gn, sum);
     }
-    if constexpr (SPLITK > 1 || CN > 1) cluster_sync_relaxed();  // peers may still be reading this CTA's partial tile
+    if constexpr (SPLITK > 1) cluster_sync_relaxed();  // peers may still be reading this CTA's partial tile
 }

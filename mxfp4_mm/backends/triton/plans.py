@@ -18,7 +18,7 @@ import collections
 Plan = collections.namedtuple(
     "Plan", "block_m block_n block_k split_k num_warps num_stages waves_per_eu group_size_m cache_modifier b_layout "
             "a_convert", defaults=(0, 1, "", "gather", "arithmetic"))
-# a_convert: how A's codes are made (triton_kernels.A_*): "arithmetic" (any GPU), "hardware" (gfx950's
+# a_convert: how A's codes are made (kernels.A_*): "arithmetic" (any GPU), "hardware" (gfx950's
 # v_cvt_scalef32_pk_fp4_bf16), "emulated" (that instruction in plain arithmetic: tests only).
 A_CONVERTS = {"arithmetic": 0, "hardware": 1, "emulated": 2}
 

@@ -21,8 +21,10 @@ multiplies in fp32, so values >= 2^128 are inf there (inf x 0 = NaN, inf - inf =
 or sums reaching 2^128 overflow; `dot_scaled` scales in its own way (bf16 operands on Hopper, the
 MFMA's wider internal range on gfx950) and gives other inf/NaN patterns or finite values there. The
 K loop keeps the elementwise maxima of A's and B's scale bytes; a tile whose maxima can reach that
-range (`_beyond_fast_range`: A NaN blocks have byte 254) recomputes its partial exactly as the spec
-does (`_exact_partial`: fp32 operands, an IEEE fp32 dot). Ordinary data never takes that branch.
+range (`_beyond_fast_range`: A NaN blocks have byte 254), or that holds a block scaled by 2^65 or
+more (byte 192 up: the fast dot would mix its terms with the next blocks' and lose theirs where its
+own sum cancels), recomputes its partial exactly as the spec does (`_exact_partial`: fp32 operands,
+an IEEE fp32 dot), like the cuda kernels' fallback. Ordinary data never takes that branch.
 
 Split-K stays one launch: every split writes its fp32 partial tile to a workspace, then bumps a
 per-tile counter (acq_rel); the program that arrives last sums the partials in split order (so the
@@ -310,11 +312,14 @@ def _beyond_fast_range(a_top, b_top, K):
     """Whether a tile whose A / B scale bytes reach a_top / b_top can meet fp32 overflow in the
     spec's GEMM: a dequantized value >= 2^128 (6 x 2^(byte-127): byte 253 up; A's NaN blocks are
     byte 254, B's byte 255 is NaN), or a product or a sum of K products reaching 2^128
-    (|a b| < 2^(ea+eb+6), sums < 2^(ea+eb+6+log2 K))."""
+    (|a b| < 2^(ea+eb+6), sums < 2^(ea+eb+6+log2 K)); or holds a block scaled by 2^65 or more
+    (byte 192 up), whose terms the fast dot mixes with the neighbouring blocks' (the cuda kernels
+    take their exact fallback from the same byte)."""
     a_top = a_top.to(tl.int32)
     b_top = b_top.to(tl.int32)
     k_bits = (K.to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 126  # floor(log2 K) + 1
-    return (a_top >= 253) | (b_top >= 253) | ((a_top - 127) + (b_top - 127) + 6 + k_bits >= 128)
+    return ((a_top >= 192) | (b_top >= 192)
+            | ((a_top - 127) + (b_top - 127) + 6 + k_bits >= 128))
 
 
 @triton.jit

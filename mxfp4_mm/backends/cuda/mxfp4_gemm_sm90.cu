@@ -10,22 +10,22 @@
 //   Products are a*b*2^(sa+sb-254): exact in fp32 while both operands are normal bf16, i.e. B
 //   scale bytes in [65, 191] (or 0: an all-zero block) and A block exponents <= 62 (|A| up to
 //   ~2^64): always, for real data. Outside that range a CTA recomputes its tile exactly
-//   (`wide_partial`, below).
+//   (`exact_partial`, below).
 // The 32 K values of a thread's scale block may be visited in any order as long as A and B
 // agree, so each thread owns one whole scale block per 128-K chunk and pairs its nibbles as
 // (j, j+4): that makes the B conversion a few shifts and masks.
 // Split-K runs across the CTAs of one thread-block cluster; partial tiles are summed in rank
 // order through distributed shared memory (deterministic; no scratch, no counters).
-// With CN > 1 (v5) the cluster also spans CN neighbouring N tiles that share one A slab: each
+// With CN > 1 the cluster also spans CN neighbouring N tiles that share one A slab: each
 // CTA quantizes 1/CN of it and stores the fragments into every peer, so A is quantized once
 // per cluster instead of once per N tile.
 //
-// Compile-time configuration (-D, as tables/cuda_plans.py's compile_options writes it): GN GK
+// Compile-time configuration (-D, as plans.py's compile_options writes it): GN GK
 // (shape; M is a launch argument, so one build serves every M: rows >= M are zero-filled on load
 // and never stored), BM (rows of M per CTA, multiple of 8), WN (warps along N), NT (16-row N tiles
 // per warp), WK (warps along K), SPLITK (CTAs along K), and where they differ from their
 // defaults CN (N tiles sharing A; cluster size CN * SPLITK) and RING (B chunks in flight per
-// thread, v5; 0 = all of a warp's chunks at once, v4). Without GN the file builds a default plan.
+// thread; 0 = all of a warp's chunks at once). Without GN the file builds a default plan.
 
 #ifndef GN
 #define GN 256
@@ -57,7 +57,7 @@ constexpr int NTHREADS = NWARPS * 32;
 // 4-word loop unrolled for ILP, unless the accumulators already fill the register file.
 constexpr int WORD_UNROLL = NT * MT < 16 ? 4 : 1;
 // B_LATE: issue the B copies only once this thread's A rows have landed, so a large A slab does
-// not come back behind the B traffic (measured on the H200, notes/cuda.md "v6"); for a small slab
+// not come back behind the B traffic (measured on the H200, notes/cuda.md); for a small slab
 // issuing B at once is better.
 constexpr bool B_LATE = BM * ((GK + 127) / 128 + SPLITK - 1) / SPLITK * 256 >= 16384;
 
@@ -73,7 +73,7 @@ constexpr int S_PER_THREAD = CHW * NT * 2;                 // scale bytes each t
 constexpr int S_SMEM = (S_PER_THREAD * NTHREADS + 15) / 16 * 16;
 constexpr int P_STRIDE = BN + 4;  // floats; 4 mod 32 keeps the fragment stores conflict-free
 constexpr int P_SMEM = WK * BM * P_STRIDE * 4;
-// Dynamic shared memory = max(B_SMEM + A_SMEM + S_SMEM, P_SMEM); tables/cuda_plans.py mirrors this.
+// Dynamic shared memory = max(B_SMEM + A_SMEM + S_SMEM, P_SMEM); plans.py mirrors this.
 
 static_assert(BM % 8 == 0 && BM <= 256, "BM");
 static_assert(CHW <= 32 && S_PER_THREAD <= 64, "too many chunks per warp");
@@ -129,7 +129,7 @@ __device__ __forceinline__ uint4 quantize_fragment(uint4 raw) {
     u32 rq[4];
     int e;
     quantize8(raw, rq, e);
-    const u32 fold = a_fold(e);  // inf when e > 64: see wide_partial
+    const u32 fold = a_fold(e);  // inf when e > 64: see exact_partial
     return make_uint4(mul_bf16x2(rq[0], fold), mul_bf16x2(rq[1], fold), mul_bf16x2(rq[2], fold),
                       mul_bf16x2(rq[3], fold));
 }
@@ -152,7 +152,7 @@ __device__ __forceinline__ int a_fragment_offset(int task, int chunks, int lane)
 }
 
 #if CN > 1
-// v5: a 1-D cluster of CN * SPLITK CTAs along x; rank = n_rank * SPLITK + split.
+// A 1-D cluster of CN * SPLITK CTAs along x; rank = n_rank * SPLITK + split.
 #define CLUSTER_ATTR __cluster_dims__(CN * SPLITK, 1, 1)
 constexpr int CLUSTER = CN * SPLITK;
 __device__ __forceinline__ int cta_split() { return (int)(blockIdx.x % CLUSTER) % SPLITK; }
@@ -183,7 +183,7 @@ __device__ float b_dequant(const u8* __restrict__ b_q, const u8* __restrict__ b_
 // recomputes its partial tile here: slow, but never silently wrong.
 // This CTA's partial tile over its K range in plain fp32 (the reference GEMM's arithmetic), into
 // warp slice 0 of `part`; the other slices are zeroed so the usual reduction follows.
-__device__ __noinline__ void wide_partial(const u16* __restrict__ a, const u8* __restrict__ b_q,
+__device__ __noinline__ void exact_partial(const u16* __restrict__ a, const u8* __restrict__ b_q,
                                           const u8* __restrict__ b_scale_sh, float* part, int m_size, int m0,
                                           int n0, int chunk_begin, int chunks, int tid) {
     const int kb_begin = chunk_begin * 4, kb_end = min((chunk_begin + chunks) * 4, KBLOCKS);
@@ -269,7 +269,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 
     // 3. B scales: the bytes this thread's MMAs use (read now, parked in shared memory after the
     // A work). Never the padding: rows < N and blocks < K/32 only. (ptxas sinks these loads below
-    // the A wait; parking them before it was measured slower overall: notes/cuda.md v6.)
+    // the A wait; parking them before it was measured slower overall: notes/cuda.md.)
     u32 s_val[S_PER_THREAD];
 #pragma unroll
     for (int j = 0; j < CHW; ++j) {
@@ -316,7 +316,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
         if (has_second) *second = q_second;
 #endif
     }
-    // A B scale below the folded range (see wide_partial), checked here where the bytes are
+    // A B scale below the folded range (see exact_partial), checked here where the bytes are
     // consumed anyway: a check right after the loads made the warp wait for them before the A
     // work (measured +0.7-1.6 µs). Byte 0 (an all-zero block, or no block) is exact as it is.
     bool b_scale_low = false;
@@ -408,7 +408,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     // 6. Partial tile [wk][m][n] in shared memory, then sum over warps and cluster ranks.
     float* const part = reinterpret_cast<float*>(smem);
     if (wide) {
-        wide_partial(a, b_q, b_scale_sh, part, m_size, m0, n0, chunk_begin, chunks, tid);
+        exact_partial(a, b_q, b_scale_sh, part, m_size, m0, n0, chunk_begin, chunks, tid);
     } else {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)

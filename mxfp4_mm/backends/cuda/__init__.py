@@ -1,6 +1,6 @@
-"""CUDA backend (Hopper, sm_90+): one launch of `kernels/mxfp4_gemm_sm90.cu` per call, or, for a
-PipePlan (sm_90a), of `kernels/mxfp4_gemm_sm90_pipe.cu` (v9: chunk-pipelined wgmma, both operands
-from shared memory).
+"""CUDA backend (Hopper, sm_90+): one launch of `mxfp4_gemm_sm90.cu` (beside this file) per call, or,
+for a PipePlan (sm_90a), of `mxfp4_gemm_sm90_pipe.cu` (chunk-pipelined wgmma, both operands from
+shared memory). Plans, their geometry and cost models are in `plans.py`.
 
 The kernel quantizes A itself, reads B codes once from B_q and B scales from the shuffled
 B_scale_sh, runs bf16 tensor-core MMAs with the scales folded into the operands, and sums split-K
@@ -9,18 +9,15 @@ so one runner may serve any queue. Compiled through NVRTC (disk-cached) once per
 M is a launch argument, and plans are picked per M class, so varying batch sizes reuse builds.
 """
 
-import concurrent.futures
 import ctypes
 import functools
-import os
 
 import torch
 
-from .. import runtime
-from ..kernels import read_source
-from ..tables.cuda_plans import (  # noqa: F401  (re-exported: tests and tools use cuda.<name>)
-    MAX_SMEM, PLANS, PipePlan, Plan, chunks, chunks_per_warp, compile_options, general_plan, grid,
-    is_valid, m_class, pipe_plans, pipe_threads, plan_cost, plan_for_shape, ranked_plans, smem_bytes)
+from ... import runtime
+from ...kernels import read_source
+from .plans import (PipePlan, Plan, chunks, compile_options, grid, is_valid, pipe_plans, pipe_threads,
+                    plan_for_shape, ranked_plans, smem_bytes)
 
 NAME = "cuda"
 SOURCE = "mxfp4_gemm_sm90.cu"
@@ -42,16 +39,16 @@ def compute_units(device: torch.device) -> int:
 
 
 def plan_for(m: int, n: int, k: int, device: torch.device) -> Plan:
-    """The table's plan for M's class, else the cost model's (`tables/cuda_plans.plan_for_shape`)."""
+    """The table's plan for M's class, else the cost model's (`plans.plan_for_shape`)."""
     return plan_for_shape(m, n, k, compute_units(device))
 
 
 # ---- the autotuner's interface ----------------------------------------------------------------
 
-MAX_CANDIDATES = 24  # NVRTC builds take ~1 s each (concurrent in `prepare`): tuning stays ~5 s
-PIPE_CANDIDATES = 4  # v9 pipe plans offered after the mma.sync plans (sm_90 only; slower on the H200)
+MAX_CANDIDATES = 24  # NVRTC builds take ~1 s each (the compile step's build pool runs them concurrently)
+PIPE_CANDIDATES = 4  # pipe plans offered after the mma.sync plans (sm_90 only; slower on the H200)
 # The tuner may only be offered kernels that passed compute-sanitizer memcheck on odd shapes
-# (tools/sanitize_kernels.py covers the pipe plans either way): the v9.2 pipe kernel has
+# (tools/sanitize_kernels.py covers the pipe plans either way): the pipe kernel has
 # (notes/verification.md).
 PIPE_MEMCHECKED = True
 
@@ -78,8 +75,8 @@ def offers_pipe(device: torch.device) -> bool:
 
 def candidates(m: int, n: int, k: int, device: torch.device) -> list:
     """The plan `plan_for` picks; then the cost model's ranking of the mma.sync plan grid; then, where
-    `offers_pipe`, up to PIPE_CANDIDATES v9 pipe plans by their cost model (last: 2-6 µs slower than
-    the table on the H200, notes/cuda.md v9.2). No compilation."""
+    `offers_pipe`, up to PIPE_CANDIDATES pipe plans by their cost model (last: 2-6 µs slower than
+    the table on the H200, notes/cuda.md). No compilation."""
     return list(_candidates(m, n, k, compute_units(device), offers_pipe(device)))
 
 
@@ -87,10 +84,10 @@ def plan_label(plan) -> str:
     """E.g. "m32w6t2k2s1c2r2": rows of M, warps along N, tiles per warp, warps along K, split-K,
     then cn and ring where they differ from their defaults. A pipe plan:
     "p.n128.m256.s4.k64.q4" (rows of N and M per CTA, split-K, K per chunk, stages), then ".w1" for
-    copy warps where there are any and ".c4" for N tiles sharing A where they do."""
+    copy warps where there are any."""
     if isinstance(plan, PipePlan):
         label = f"p.n{plan.bn}.m{plan.bm}.s{plan.split_k}.k{plan.kc}.q{plan.stages}"
-        return label + (f".w{plan.cw}" if plan.cw else "") + (f".c{plan.cn}" if plan.cn > 1 else "")
+        return label + (f".w{plan.cw}" if plan.cw else "")
     label = f"m{plan.bm}w{plan.wn}t{plan.nt}k{plan.wk}s{plan.split_k}"
     return label + (f"c{plan.cn}" if plan.cn != 1 else "") + (f"r{plan.ring}" if plan.ring else "")
 
@@ -107,21 +104,6 @@ def build(m: int, n: int, k: int, device: torch.device, plan) -> None:
     source = PIPE_SOURCE if isinstance(plan, PipePlan) else SOURCE
     runtime.build_code(read_source(source), runtime.normalize_device(device), compile_options(n, k, plan),
                        compile_target(device, plan))
-
-
-def prepare(m: int, n: int, k: int, device: torch.device, plans) -> None:
-    """Compile and load `plans` concurrently (NVRTC runs outside the GIL). A plan that fails to
-    build is left for `make_runner` to report."""
-    device = runtime.normalize_device(device)
-
-    def build(plan):
-        try:
-            _module(n, k, device, plan)
-        except runtime.CompileError:
-            pass
-
-    with concurrent.futures.ThreadPoolExecutor(max(1, min(len(plans), os.cpu_count() or 1))) as pool:
-        list(pool.map(build, plans))
 
 
 # ---- launch ---------------------------------------------------------------------------------

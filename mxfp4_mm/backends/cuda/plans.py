@@ -1,8 +1,8 @@
-"""Plans for the CUDA backend: the Plan type of kernels/mxfp4_gemm_sm90.cu and the PipePlan type of
-kernels/mxfp4_gemm_sm90_pipe.cu (v9), their geometry rules (they mirror the constexprs at the top of
+"""Plans for the CUDA backend: the Plan type of mxfp4_gemm_sm90.cu and the PipePlan type of
+mxfp4_gemm_sm90_pipe.cu (both beside this file), their geometry rules (they mirror the constexprs at the top of
 the kernels), the cost models, and the table by (M, N, K), whose entries may be of either type.
 
-Pure data and arithmetic: nothing here imports a backend (backends/cuda.py imports this module).
+Pure data and arithmetic: nothing here imports a backend (the backend, `__init__.py`, imports this module).
 A kernel build serves every M (M is a launch argument), and plans are picked per M class
 (`m_class`): the listed plan of the shape, else the listed plan of its M class, else `general_plan`
 for the class, so a caller whose batch size varies builds one kernel per class.
@@ -15,20 +15,20 @@ import collections
 MAX_SMEM = 227 * 1024
 
 # bm: rows of M per CTA; wn: warps along N; nt: 16-row N tiles per warp; wk: warps along K;
-# split_k: CTAs along K (one cluster); cn: neighbouring N tiles quantizing A together (v5 when > 1;
-# cluster size cn * split_k, at most 8); ring: B chunks in flight per thread (v5 when > 0; 0 = all).
+# split_k: CTAs along K (one cluster); cn: neighbouring N tiles quantizing A together (when > 1;
+# cluster size cn * split_k, at most 8); ring: B chunks in flight per thread (when > 0; 0 = all).
 Plan = collections.namedtuple("Plan", "bm wn nt wk split_k cn ring", defaults=(1, 0))
 
-# v9 (kernels/mxfp4_gemm_sm90_pipe.cu, sm_90a only). kind: always "pipe" (a table entry is a plain
+# The pipe kernel (mxfp4_gemm_sm90_pipe.cu, sm_90a only). kind: always "pipe" (a table entry is a plain
 # tuple; its first field tells the two plan types apart); bn: rows of N per CTA (64 per warpgroup);
 # bm: rows of M per CTA (the wgmma n); split_k: CTAs along K (one cluster); kc: K per pipeline
 # chunk; stages: slots of the copy ring (chunks are copied stages - 2 ahead, or stages ahead with
 # copy warps; enough stages copy a CTA's whole K range up front); cw: warps after the warpgroups that
-# only issue the copies (0: every thread does); cn: CTAs along N sharing one A slab (needs cw).
-PipePlan = collections.namedtuple("PipePlan", "kind bn bm split_k kc stages cw cn", defaults=(64, 4, 0, 1))
+# only issue the copies (0: every thread does).
+PipePlan = collections.namedtuple("PipePlan", "kind bn bm split_k kc stages cw", defaults=(64, 4, 0))
 PIPE = "pipe"
 PIPE_BNS = (64, 128, 192, 256)
-PIPE_BMS = (16, 32, 64, 128, 256)  # the wgmma n sizes of the "SS" wrappers in kernels/wgmma_sm90a.h
+PIPE_BMS = (16, 32, 64, 128, 256)  # the wgmma n sizes of the "SS" wrappers in wgmma_sm90a.h
 PIPE_KCS = (64, 128)
 PIPE_MAX_STAGES = 16
 
@@ -59,7 +59,7 @@ def chunks_per_warp(k: int, plan: Plan) -> int:
 
 def smem_bytes(m: int, n: int, k: int, plan) -> int:
     if isinstance(plan, PipePlan):
-        return pipe_smem_bytes(plan, k)
+        return pipe_smem_bytes(plan)
     threads = plan.wn * plan.wk * 32
     ch_max = -(-chunks(k) // plan.split_k)
     chw = chunks_per_warp(k, plan)
@@ -73,10 +73,10 @@ def smem_bytes(m: int, n: int, k: int, plan) -> int:
 
 
 def grid(m: int, n: int, plan):
-    if isinstance(plan, PipePlan):  # N tiles padded to whole clusters of cn
-        return (-(-n // (plan.bn * plan.cn)) * plan.cn, plan.split_k, -(-m // plan.bm))
+    if isinstance(plan, PipePlan):
+        return (-(-n // plan.bn), plan.split_k, -(-m // plan.bm))
     n_tiles, m_tiles = -(-n // (plan.wn * plan.nt * 16)), -(-m // plan.bm)
-    if plan.cn > 1:  # v5: 1-D clusters of cn N tiles x split_k along x (tiles padded to cn)
+    if plan.cn > 1:  # 1-D clusters of cn N tiles x split_k along x (tiles padded to cn)
         return (-(-n_tiles // plan.cn) * plan.cn * plan.split_k, 1, m_tiles)
     return (n_tiles, plan.split_k, m_tiles)
 
@@ -99,8 +99,6 @@ def compile_options(n: int, k: int, plan) -> tuple:
         values = dict(GN=n, GK=k, BN=plan.bn, BM=plan.bm, SPLITK=plan.split_k, KC=plan.kc, STAGES=plan.stages)
         if plan.cw:
             values["COPY_WARPS"] = plan.cw
-        if plan.cn > 1:
-            values["CN"] = plan.cn
         return tuple(f"-D{key}={value}" for key, value in values.items())
     values = dict(GN=n, GK=k, BM=plan.bm, WN=plan.wn, NT=plan.nt, WK=plan.wk, SPLITK=plan.split_k)
     if plan.cn > 1:
@@ -166,7 +164,7 @@ def plan_for_shape(m: int, n: int, k: int, compute_units: int = 132):
 
 
 # Base plans of the wide grid (the cost model ranks them), then their (cn, ring) variants in the
-# order the measured winners favour (notes/cuda.md v5, v6: cluster-shared A, a B ring at long K).
+# order the measured winners favour (notes/cuda.md: cluster-shared A, a B ring at long K).
 GRID_BMS = (16, 32, 64, 128)
 GRID_VARIANTS = ((2, 0), (4, 0), (2, 2), (1, 2), (1, 0), (4, 2))
 VARIANTS_PER_BASE = 3
@@ -211,7 +209,7 @@ def ranked_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 
     return ranked[:limit]
 
 
-# ---- v9 pipe plans (kernels/mxfp4_gemm_sm90_pipe.cu) ------------------------------------------
+# ---- pipe plans (mxfp4_gemm_sm90_pipe.cu) ------------------------------------------
 
 def pipe_threads(plan: PipePlan) -> int:
     """One warpgroup per 64 rows of N, then the copy warps."""
@@ -222,17 +220,11 @@ def pipe_chunks(k: int, plan: PipePlan) -> int:
     return -(-k // plan.kc)
 
 
-def pipe_smem_bytes(plan: PipePlan, k: int = 0) -> int:
-    """max(copy ring + two B operand buffers (+ the A slab where cn > 1), the fp32 partial tile): the
-    kernel's layout."""
+def pipe_smem_bytes(plan: PipePlan) -> int:
+    """max(copy ring + two B operand buffers, the fp32 partial tile): the kernel's layout."""
     blocks = plan.kc // 32
-    a_chunk = plan.bm * plan.kc * 2  # one chunk of the A operand
-    # cn > 1: A is not in the ring but in a slab covering the longest K range
-    stage = (0 if plan.cn > 1 else a_chunk) + plan.bn * plan.kc // 2 + plan.bn // 32 * blocks * 64
-    if plan.cn > 1 and k <= 0:
-        raise ValueError("pipe_smem_bytes: a plan with cn > 1 needs K (its A slab covers a K range)")
-    slab = -(-pipe_chunks(k, plan) // plan.split_k) * a_chunk if plan.cn > 1 else 0
-    return max(plan.stages * stage + 2 * plan.bn * plan.kc * 2 + slab, plan.bm * (plan.bn + 4) * 4)
+    stage = plan.bm * plan.kc * 2 + plan.bn * plan.kc // 2 + plan.bn // 32 * blocks * 64  # A, B codes, B scales
+    return max(plan.stages * stage + 2 * plan.bn * plan.kc * 2, plan.bm * (plan.bn + 4) * 4)
 
 
 # Registers per thread besides the bm/2 fp32 accumulators (nvcc 13 -Xptxas -v: 60-110 across the
@@ -242,12 +234,9 @@ PIPE_OTHER_REGISTERS = 88
 
 
 def pipe_static_smem_bytes(plan: PipePlan) -> int:
-    """Static shared memory of the warp-specialized mode: two mbarriers per stage and two per A slab
-    segment (at most 4), in the 128-byte granules ptxas reports (-Xptxas -v: 256 for 4-12 stages)."""
+    """Static shared memory of the warp-specialized mode: two mbarriers per stage and a 64-byte
+    margin, in the 128-byte granules ptxas reports (-Xptxas -v: 256 for 4-12 stages)."""
     return -(-8 * (2 * plan.stages + 8) // 128) * 128 if plan.cw else 0
-
-
-PIPE_CNS = (1, 2, 4, 8)  # CTAs along N sharing one quantized A (a cluster of cn x split_k <= 8)
 
 
 def pipe_is_valid(m: int, n: int, k: int, plan) -> bool:
@@ -256,23 +245,21 @@ def pipe_is_valid(m: int, n: int, k: int, plan) -> bool:
     threads = pipe_threads(plan) if plan.bn in PIPE_BNS else 0
     return (plan.bn in PIPE_BNS and plan.bm in PIPE_BMS and plan.kc in PIPE_KCS
             and 3 <= plan.stages <= PIPE_MAX_STAGES and plan.cw in (0, 1, 2)
-            and plan.cn in PIPE_CNS and (plan.cn == 1 or (plan.cw > 0 and plan.bm // plan.cn % 8 == 0
-                                                           and plan.cn * plan.split_k <= 8))
             and 1 <= plan.split_k <= min(8, pipe_chunks(k, plan))
             and plan.bm // 2 + PIPE_OTHER_REGISTERS <= min(255, 65536 // threads)
-            and pipe_smem_bytes(plan, k) + pipe_static_smem_bytes(plan) <= MAX_SMEM)
+            and pipe_smem_bytes(plan) + pipe_static_smem_bytes(plan) <= MAX_SMEM)
 
 
 def pipe_cost(m: int, n: int, k: int, plan: PipePlan, compute_units: int = 132) -> float:
     """Rough cycles: waves of CTAs times a CTA's time, the larger of its conversion issue (A
-    quantization ~6 thread instructions per element of its 1/cn of the rows, B conversion ~3 per
+    quantization ~6 thread instructions per element, B conversion ~3 per
     element, over 4 schedulers) and its MMAs (~2048 MAC per cycle), plus a first-copy latency and
     the split-K reduction."""
     ctas = 1
     for d in grid(m, n, plan):
         ctas *= d
     ks = -(-pipe_chunks(k, plan) // plan.split_k) * plan.kc
-    issue = (plan.bm // plan.cn * ks * 6.25 + plan.bn * ks * 3.1) / 32 / 4  # cn CTAs share A's quantization
+    issue = (plan.bm * ks * 6.25 + plan.bn * ks * 3.1) / 32 / 4
     mma = plan.bn * plan.bm * ks / 2048
     per_cta = max(issue, mma) + 0.25 * min(issue, mma) + 2000 + plan.split_k * plan.bm * plan.bn / 16
     return -(-ctas // compute_units) * per_cta
@@ -281,10 +268,10 @@ def pipe_cost(m: int, n: int, k: int, plan: PipePlan, compute_units: int = 132) 
 def pipe_deep_stages(k: int, plan: PipePlan) -> int:
     """The most stages that fit shared memory, but no more than copying the CTA's whole K range up
     front needs (chunks + 2). Deeper rings measured 4-6 us faster than 4 stages on the two large
-    bench shapes (notes/cuda.md, v9.1)."""
+    bench shapes (notes/cuda.md)."""
     chunks_per_cta = -(-pipe_chunks(k, plan) // plan.split_k)
     stages = min(PIPE_MAX_STAGES, max(3, chunks_per_cta + 2))
-    while stages > 3 and pipe_smem_bytes(plan._replace(stages=stages), k) > MAX_SMEM:
+    while stages > 3 and pipe_smem_bytes(plan._replace(stages=stages)) > MAX_SMEM:
         stages -= 1
     return stages
 
