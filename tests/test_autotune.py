@@ -246,7 +246,10 @@ def test_first_use_tuning_on_the_gpu_serves_a_proven_verified_candidate(monkeypa
         served = next(c for c in offered if (c.backend, c.label) == (backend, label))
         assert autotune.is_proven(device, shape, served)  # a tuner child ran it first
         memo = records.Memo(device, shape, dispatch.candidate_backends(device))
-        assert memo.data["chosen"] == dispatch.last_choice()
+        if memo.data["chosen"] is None:  # the budget ran out before a timing finished (a loaded GPU)
+            assert served == offered[0]  # the table's plan serves, proven all the same
+        else:
+            assert memo.data["chosen"] == dispatch.last_choice()
         other = bench.generate_input(*shape, seed=6, device="cuda")
         assert_harness_close(mxfp4_mm.custom_kernel(other), reference_output(other))
     finally:

@@ -11,7 +11,7 @@ import torch
 
 from mxfp4_mm import runtime
 
-SPIN_US = 200
+SPIN_US = 2000  # long against host hiccups between the two event records (a loaded machine: ~100 µs)
 AMD_WALL_CLOCK_HZ = 100e6  # wall_clock64() on CDNA GPUs counts at a constant 100 MHz
 
 SPIN_SOURCE = r"""
