@@ -77,7 +77,7 @@ def plans_for(name, module, m, n, k, device):
     """(plans, make_runner) of one backend for one shape; plan None = the backend's default."""
     candidates = getattr(module, "candidates", None)
     plans = (list(candidates(m, n, k, device)) if candidates else []) or [None]
-    extra = {"cuda": lambda: _cuda_table_plans(module, m, n, k), "hip": lambda: _hip_plans(module),
+    extra = {"cuda": lambda: _cuda_table_plans(m, n, k), "hip": lambda: _hip_plans(module),
              "triton": lambda: _triton_plans(module, m, n, k, device)}.get(name, list)()
     plans += [p for p in extra if p not in plans]
     make = module.make_emulated_runner if name == "hip" else module.make_runner
