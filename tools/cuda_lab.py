@@ -231,7 +231,7 @@ def parser():
     commands = {
         "ab": (ab, "this kernel source against another version"),
         "host": (host, "eager host cost per call"),
-        "pipe": (pipe, "v9 pipe plans vs the table plan vs bf16_matmul"),
+        "pipe": (pipe, "pipe plans vs the table plan vs bf16_matmul"),
         "once": (once, "one call of one shape (for a profiler)"),
     }
     for name, (function, text) in commands.items():
