@@ -119,44 +119,6 @@ __device__ __forceinline__ u32 a_fold(int e) {
     return (u32)min(e + 190, 255) * 0x00800080u;
 }
 
-// ---- mbarriers, bulk copies, the grid dependency ---------------------------------------------
-
-__device__ __forceinline__ void mbar_init(unsigned long long* bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned long long* bar, u32 parity) {
-    asm volatile("{\n.reg .pred done;\nwait_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra wait_%=;\n}\n" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
-}
-// Before its memory holds anything else.
-__device__ __forceinline__ void mbar_inval(unsigned long long* bar) {
-    asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" :: "r"(smem_addr(bar)) : "memory");
-}
-// Makes an initialized mbarrier visible to the bulk-copy (async) proxy.
-__device__ __forceinline__ void mbar_init_fence() {
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-// Arrives on `bar` and adds `bytes` to the transfers its phase waits for.
-__device__ __forceinline__ void mbar_arrive_expect_bytes(unsigned long long* bar, u32 bytes) {
-    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n"
-                 :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-// One bulk copy global -> this CTA's shared memory (16-byte aligned, a multiple of 16 bytes),
-// counted on `bar` when it lands.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes, unsigned long long* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
-}
-// Programmatic dependent launch: the primary grid lets its dependent start; the dependent waits for
-// the primary's completion and memory (both no-ops in a launch without the dependency).
-__device__ __forceinline__ void grid_dependents_may_start() {
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
-__device__ __forceinline__ void grid_dependency_wait() {
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-}
-
 // ---- thread-block clusters (split-K partial sums, shared A) ---------------------------------
 
 __device__ __forceinline__ void cluster_sync() {

@@ -19,18 +19,13 @@
 // With CN > 1 the cluster also spans CN neighbouring N tiles that share one A slab: each
 // CTA quantizes 1/CN of it and stores the fragments into every peer, so A is quantized once
 // per cluster instead of once per N tile.
-// With A_CODES, A is quantized once per call by `mxfp4_quantize_a` (below), launched just before
-// the GEMM, which runs as its programmatic dependent: the GEMM CTAs start, issue their B copies,
-// then wait on the grid dependency and bulk-copy A's codes and scale bytes (4.25 bits a value
-// instead of 16) into shared memory, where they become the same MMA fragments as the fused path's.
 //
 // Compile-time configuration (-D, as plans.py's compile_options writes it): GN GK
 // (shape; M is a launch argument, so one build serves every M: rows >= M are zero-filled on load
 // and never stored), BM (rows of M per CTA, multiple of 8), WN (warps along N), NT (16-row N tiles
 // per warp), WK (warps along K), SPLITK (CTAs along K), and where they differ from their
-// defaults CN (N tiles sharing A; cluster size CN * SPLITK), RING (B chunks in flight per
-// thread; 0 = all of a warp's chunks at once) and A_CODES (1: A arrives quantized). Without GN the
-// file builds a default plan.
+// defaults CN (N tiles sharing A; cluster size CN * SPLITK) and RING (B chunks in flight per
+// thread; 0 = all of a warp's chunks at once). Without GN the file builds a default plan.
 
 #ifndef GN
 #define GN 256
@@ -46,9 +41,6 @@
 #endif
 #ifndef RING
 #define RING 0
-#endif
-#ifndef A_CODES
-#define A_CODES 0
 #endif
 #include "mxfp4_exact.h"
 #include "mxfp4_fold_sm90.h"
@@ -67,7 +59,7 @@ constexpr int WORD_UNROLL = NT * MT < 16 ? 4 : 1;
 // B_LATE: issue the B copies only once this thread's A rows have landed, so a large A slab does
 // not come back behind the B traffic (measured on the H200, notes/cuda.md); for a small slab
 // issuing B at once is better.
-constexpr bool B_LATE = !A_CODES && BM * ((GK + 127) / 128 + SPLITK - 1) / SPLITK * 256 >= 16384;
+constexpr bool B_LATE = BM * ((GK + 127) / 128 + SPLITK - 1) / SPLITK * 256 >= 16384;
 
 // Shared memory: B pieces (each thread reads back only what it copied), A fragments, B scales;
 // after the MMAs the same space holds the fp32 partial tiles.
@@ -81,18 +73,11 @@ constexpr int S_PER_THREAD = CHW * NT * 2;                 // scale bytes each t
 constexpr int S_SMEM = (S_PER_THREAD * NTHREADS + 15) / 16 * 16;
 constexpr int P_STRIDE = BN + 4;  // floats; 4 mod 32 keeps the fragment stores conflict-free
 constexpr int P_SMEM = WK * BM * P_STRIDE * 4;
-// A_CODES: per row, the codes of this CTA's K range (an odd number of 64-byte chunks apart, so two
-// rows never share banks) and a 16-byte-aligned window of its scale bytes; then the copies' mbarrier.
-constexpr int A_SCALE_COLS = (KBLOCKS + 15) / 16 * 16;  // scale bytes per row of mxfp4_quantize_a's output
-constexpr int A_CODE_ROW = (CH_MAX | 1) * 64;
-constexpr int A_SCALE_ROW = (CH_MAX * 4 + 24 + 15) / 16 * 16;
-constexpr int Q_SMEM = A_CODES ? BM * (A_CODE_ROW + A_SCALE_ROW) + 16 : 0;
-// Dynamic shared memory = max(B_SMEM + A_SMEM + S_SMEM + Q_SMEM, P_SMEM); plans.py mirrors this.
+// Dynamic shared memory = max(B_SMEM + A_SMEM + S_SMEM, P_SMEM); plans.py mirrors this.
 
 static_assert(BM % 8 == 0 && BM <= 256, "BM");
 static_assert(CHW <= 32 && S_PER_THREAD <= 64, "too many chunks per warp");
 static_assert(CN >= 1 && CN * SPLITK <= 8, "cluster size");
-static_assert(!A_CODES || CN == 1, "quantized A is never shared through the cluster");
 
 // Index of the 16-row N tile that warp wn handles as its nt-th.
 __device__ __forceinline__ int n_tile16(int wn, int nt) { return wn * NT + nt; }
@@ -149,19 +134,7 @@ __device__ __forceinline__ uint4 quantize_fragment(uint4 raw) {
                       mul_bf16x2(rq[3], fold));
 }
 
-// Eight codes (one 32-bit word of a block's 16 bytes) with their block's scale byte as the
-// fragment quantize_fragment makes from the same values: a nibble read as e2m1 * 2^-126, times
-// 2^126 (exact, also for the subnormal 0.5) is the rounded value; then the same fold.
-__device__ __forceinline__ uint4 code_fragment(u32 codes, u32 scale_byte) {
-    constexpr u32 two_126 = 0x7E807E80u;
-    const u32 fold = a_fold((int)scale_byte - 127);
-    return make_uint4(mul_bf16x2(mul_bf16x2(nibble_pair<0>(codes), two_126), fold),
-                      mul_bf16x2(mul_bf16x2(nibble_pair<1>(codes), two_126), fold),
-                      mul_bf16x2(mul_bf16x2(nibble_pair<2>(codes), two_126), fold),
-                      mul_bf16x2(mul_bf16x2(nibble_pair<3>(codes), two_126), fold));
-}
-
-// e2m1 code of a rounded bf16 value r (16 bits), with x's sign bit.
+// e2m1 code of a rounded bf16 value r (16 bits), with x's sign bit (debug path).
 __device__ __forceinline__ u32 e2m1_code(u32 r, u32 x_sign) {
     const float q = __uint_as_float((r & 0x7FFFu) << 16);
     const u32 mag = q == 0.f ? 0u : q < 1.f ? 1u : (__float_as_uint(q) >> 22) - 252u;
@@ -233,59 +206,13 @@ __device__ __noinline__ void exact_partial(const u16* __restrict__ a, const u8* 
     }
 }
 
-// ---- quantized A (A_CODES) ------------------------------------------------------------------
-
-// Bulk copies of this CTA's rows of quantized A into shared memory (one warp issues them): the codes
-// of its K range and the 16-byte-aligned window of scale bytes around it: block kb of the K range
-// sits at byte chunk_begin * 4 % 16 + kb of a staged scale row.
-__device__ __forceinline__ void copy_quantized_a(const u8* __restrict__ a_codes, int m_size, int m0, int chunk_begin,
-                                                int chunks, u8* q_codes, u8* q_scales, unsigned long long* bar, int lane) {
-    const int rows = min(BM, m_size - m0);
-    const int k_begin = chunk_begin * 128, k_end = min((chunk_begin + chunks) * 128, GK);
-    const u32 code_bytes = (u32)(k_end - k_begin) / 2;
-    const int s_begin = chunk_begin * 4 / 16 * 16;
-    const int s_end = (min((chunk_begin + chunks) * 4, KBLOCKS) + 15) / 16 * 16;
-    const u32 scale_bytes = (u32)(s_end - s_begin);
-    const u8* scales = a_codes + (size_t)m_size * (GK / 2);
-    if (lane == 0) mbar_arrive_expect_bytes(bar, (u32)rows * (code_bytes + scale_bytes));
-    __syncwarp();
-    for (int r = lane; r < rows; r += 32) {
-        bulk_copy(q_codes + r * A_CODE_ROW, a_codes + (size_t)(m0 + r) * (GK / 2) + k_begin / 2, code_bytes, bar);
-        bulk_copy(q_scales + r * A_SCALE_ROW, scales + (size_t)(m0 + r) * A_SCALE_COLS + s_begin, scale_bytes, bar);
-    }
-}
-
-// The staged codes as MMA fragments, at the slots the fused path quantizes into (same tasks).
-__device__ __forceinline__ void convert_quantized_a(const u8* q_codes, const u8* q_scales, int scale_offset,
-                                                    u8* a_smem, int m_size, int m0, int chunk_begin, int chunks,
-                                                    int warp, int lane) {
-    const int t = lane & 3, i = lane >> 3;
-#pragma unroll 2
-    for (int task = warp; task < (BM / 2) * chunks; task += NWARPS) {
-        const int mp = task / chunks, lc = task - mp * chunks;
-        const int ml = 2 * mp + ((lane >> 2) & 1);
-        const int k = (chunk_begin + lc) * 128 + 32 * t + 8 * i;
-        uint4 fragment = make_uint4(0u, 0u, 0u, 0u);  // rows >= M and K >= GK: zero, as the fused path
-        if (m0 + ml < m_size && k < GK) {
-            const u32 codes = *reinterpret_cast<const u32*>(q_codes + ml * A_CODE_ROW + lc * 64 + t * 16 + 4 * i);
-            fragment = code_fragment(codes, q_scales[ml * A_SCALE_ROW + scale_offset + lc * 4 + t]);
-        }
-        *reinterpret_cast<uint4*>(a_smem + a_fragment_offset(task, chunks, lane)) = fragment;
-    }
-}
-
-// a_codes (A_CODES only): mxfp4_quantize_a's output for this call, codes [m_size, GK/2] then scale
-// bytes [m_size, A_SCALE_COLS]; `a` stays the input for the exact fallback.
 extern "C" __global__ void __launch_bounds__(NTHREADS) CLUSTER_ATTR
 mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh,
-           u16* __restrict__ c, const int m_size, const u8* __restrict__ a_codes) {
+           u16* __restrict__ c, const int m_size) {
     extern __shared__ __align__(16) u8 smem[];
     u8* const b_smem = smem;
     u8* const a_smem = smem + B_SMEM;
     u8* const s_smem = smem + B_SMEM + A_SMEM;
-    u8* const q_codes = smem + B_SMEM + A_SMEM + S_SMEM;
-    u8* const q_scales = q_codes + BM * A_CODE_ROW;
-    unsigned long long* const a_bar = reinterpret_cast<unsigned long long*>(q_scales + BM * A_SCALE_ROW);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wn = warp % WN, wk = warp / WN;
@@ -301,27 +228,19 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     const int chunks = (split + 1) * NCHUNK / SPLITK - chunk_begin;
 
     // 1. A rows of this K range, raw bf16, each 16 bytes staged where its fragment will live.
-    // This CTA's share of the tasks: every CN-th group of NWARPS. (Quantized A: the copies' barrier.)
+    // This CTA's share of the tasks: every CN-th group of NWARPS.
     const int a_tasks = (BM / 2) * chunks;
     const int a_task0 = cta_n_rank() * NWARPS + warp;
-    if constexpr (A_CODES) {
-        if (tid == 0) {
-            mbar_init(a_bar, 1);
-            mbar_init_fence();
-        }
-        __syncthreads();
-    } else {
 #pragma unroll 1
-        for (int task = a_task0; task < a_tasks; task += NWARPS * CN) {
-            const int mp = task / chunks, lc = task - mp * chunks;
-            const int gm = m0 + 2 * mp + ((lane >> 2) & 1);
-            const int k = (chunk_begin + lc) * 128 + 32 * t + 8 * (lane >> 3);
-            const bool valid = gm < m_size && k < GK;
-            cp_async16(smem_addr(a_smem + a_fragment_offset(task, chunks, lane)),
-                       valid ? a + (size_t)gm * GK + k : a, valid);
-        }
-        cp_async_commit();
+    for (int task = a_task0; task < a_tasks; task += NWARPS * CN) {
+        const int mp = task / chunks, lc = task - mp * chunks;
+        const int gm = m0 + 2 * mp + ((lane >> 2) & 1);
+        const int k = (chunk_begin + lc) * 128 + 32 * t + 8 * (lane >> 3);
+        const bool valid = gm < m_size && k < GK;
+        cp_async16(smem_addr(a_smem + a_fragment_offset(task, chunks, lane)),
+                   valid ? a + (size_t)gm * GK + k : a, valid);
     }
+    cp_async_commit();
 
     // 2. B codes: every thread copies the 16-byte pieces it will consume, one group per chunk
     // (the first B_SLOTS chunks now; with a ring, the rest as slots free up in step 5).
@@ -366,13 +285,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 
     // 4. A: quantize the raw rows staged in shared memory in place, into MMA-ready fragments;
     // two tasks per iteration so their dependent chains (loads, shuffles, rounding) overlap.
-    // Quantized A: once the quantizing grid is done, copy its rows here and convert them.
-    if constexpr (A_CODES) {
-        grid_dependency_wait();
-        if (warp == 0) copy_quantized_a(a_codes, m_size, m0, chunk_begin, chunks, q_codes, q_scales, a_bar, lane);
-        mbar_wait(a_bar, 0);
-        convert_quantized_a(q_codes, q_scales, chunk_begin * 4 % 16, a_smem, m_size, m0, chunk_begin, chunks, warp, lane);
-    } else if (B_LATE) {
+    if (B_LATE) {
         cp_async_wait<0>();  // this thread's A group, the only one so far
 #pragma unroll 1
         for (int j = 0; j < B_SLOTS; ++j) copy_b_chunk(j);
@@ -383,7 +296,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 #endif
 #pragma unroll 1
-    for (int task = a_task0; task < (A_CODES ? 0 : a_tasks); task += 2 * NWARPS * CN) {
+    for (int task = a_task0; task < a_tasks; task += 2 * NWARPS * CN) {
         const bool has_second = task + NWARPS * CN < a_tasks;  // warp-uniform
         uint4* const first = reinterpret_cast<uint4*>(a_smem + a_fragment_offset(task, chunks, lane));
         uint4* const second = has_second
@@ -417,7 +330,6 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 #else
     __syncthreads();
 #endif
-    if (A_CODES && tid == 0) mbar_inval(a_bar);  // its bytes may hold partial tiles below
 
     // 5. MMAs over this warp's chunks.
     float acc[NT][MT][4];
@@ -540,13 +452,10 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 #endif
 }
 
-// A quantized once per call for the A_CODES GEMM (and, alone, the debug path): codes [m_size, GK/2],
-// scale bytes [m_size, scale_cols] (row stride scale_cols >= GK/32). The fused path's arithmetic.
-// One warp handles 8 scale blocks: lane = i*8 + slot, 8 values per lane. The GEMM may start at once:
-// it waits on this grid (griddepcontrol) before it reads the output.
-extern "C" __global__ void mxfp4_quantize_a(const u16* __restrict__ a, u8* __restrict__ codes, u8* __restrict__ scales,
-                                            const int m_size, const int scale_cols) {
-    grid_dependents_may_start();
+// Debug: the fused A quantization alone -> codes [m_size, GK/2], scale bytes [m_size, GK/32].
+// One warp handles 8 scale blocks: lane = i*8 + slot, 8 values per lane.
+extern "C" __global__ void mxfp4_quant_debug(const u16* __restrict__ a, u8* __restrict__ codes, u8* __restrict__ scales,
+                                             const int m_size) {
     const int lane = threadIdx.x & 31;
     const int i = lane >> 3, slot = lane & 7;
     const int block = (blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5)) * 8 + slot;
@@ -567,5 +476,5 @@ extern "C" __global__ void mxfp4_quantize_a(const u16* __restrict__ a, u8* __res
         packed |= e2m1_code(r, x_sign) << (4 * j);
     }
     *reinterpret_cast<u32*>(codes + (size_t)row * (GK / 2) + col * 16 + 4 * i) = packed;
-    if (i == 0) scales[(size_t)row * scale_cols + col] = (u8)(e + 127);
+    if (i == 0) scales[(size_t)row * KBLOCKS + col] = (u8)(e + 127);
 }
