@@ -259,50 +259,16 @@ _ARG_TYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int32, "I": ctypes.c_uint32,
               "q": ctypes.c_int64, "f": ctypes.c_float}
 
 
-class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: an id, then a 64-byte value union
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
-
-
-class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
-    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_bytes", ctypes.c_uint),
-                ("queue", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
-
-
-_PROGRAMMATIC_SERIALIZATION = 6  # CUlaunchAttributeID: programmatic serialization with the previous kernel
-
-
-def _dependent_launch(api):
-    """launch(handle, gx, gy, gz, bx, by, bz, shared, queue, params, extra) as cuLaunchKernelEx with
-    programmatic dependent launch: the kernel may start while the queue's previous kernel runs, and
-    waits for it with griddepcontrol.wait (NVIDIA only)."""
-    if api.vendor != "nvidia":
-        raise RuntimeError("dependent launches need the CUDA driver")
-    launch_ex = api.drv.cuLaunchKernelEx
-    launch_ex.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    attribute = _LaunchAttribute(id=_PROGRAMMATIC_SERIALIZATION)
-    attribute.value[0] = 1
-    config = _LaunchConfig(attrs=ctypes.pointer(attribute), num_attrs=1)
-
-    def launch(handle, gx, gy, gz, bx, by, bz, shared, queue, params, extra):
-        config.grid[:] = (gx, gy, gz)
-        config.block[:] = (bx, by, bz)
-        config.shared_bytes, config.queue = shared, queue
-        return launch_ex(ctypes.byref(config), handle, params, extra)
-
-    return launch
-
-
 class Function:
     def __init__(self, module, name, handle):
         self.module, self.name, self.handle = module, name, handle
 
-    def launcher(self, arg_types: str, dependent: bool = False):
-        """A callable launch(grid, block, shared_bytes, *args) with kernargs laid out once. dependent:
-        a programmatic dependent launch (see `_dependent_launch`)."""
+    def launcher(self, arg_types: str):
+        """A callable launch(grid, block, shared_bytes, *args) with kernargs laid out once."""
         values = [_ARG_TYPES[t]() for t in arg_types]
         params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
         api, handle, device = self.module.api, self.handle, self.module.device
-        launch = _dependent_launch(api) if dependent else api.launch
+        launch = api.launch
         # The argument slots are shared by every call of this launcher; the driver copies them at
         # launch, so only filling and launching must not interleave between host threads.
         slots_in_use = threading.Lock()

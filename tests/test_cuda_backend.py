@@ -76,8 +76,7 @@ def test_candidates_start_with_the_table_plan_and_are_valid_distinct_mma_sync_pl
     everything = cuda.candidates(*shape, torch.device("cuda"))
     assert everything[0] == cuda_plans.plan_for_shape(*shape) and len(set(everything)) == len(everything)
     plans = [p for p in everything if isinstance(p, cuda_plans.Plan)]  # pipe plans: tests/test_cuda_pipe.py
-    assert 1 <= len(plans) <= cuda.MAX_CANDIDATES + cuda.QA_CANDIDATES
-    assert any(p.qa for p in plans) and all(p.cn == 1 for p in plans if p.qa)
+    assert 1 <= len(plans) <= cuda.MAX_CANDIDATES
     assert all(cuda_plans.is_valid(*shape, p) for p in plans), plans
     assert all(hash(p) is not None for p in plans)
     if shape[0] >= 16 and shape[1] >= 480:
@@ -91,21 +90,6 @@ def test_plan_labels_are_short_and_unique():
     assert len(labels) == len(plans)
     assert all(" " not in label and len(label) <= 20 for label in labels)
     assert cuda.plan_label(cuda_plans.Plan(32, 6, 2, 2, 1, 2, 2)) == "m32w6t2k2s1c2r2"
-    assert cuda.plan_label(cuda_plans.Plan(64, 4, 1, 1, 1, 1, 2, 1)) == "m64w4t1k1s1r2q"
-
-
-def test_quantized_a_plans_are_valid_and_hold_no_a_slab():
-    for shape in TASK_SHAPES + [(1, 16, 64), (17, 480, 1600), (300, 96, 7168)]:
-        plans = cuda_plans.quantized_a_plans(*shape, limit=50)
-        assert plans and len(set(plans)) == len(plans), shape
-        for plan in plans:
-            assert plan.qa == 1 and plan.cn == 1 and cuda_plans.is_valid(*shape, plan), (shape, plan)
-    # no A slab: BM 64 walks K 2048 unsplit, which the fused layout cannot hold
-    walk = cuda_plans.Plan(64, 1, 2, 8, 1, 1, 0, 1)
-    assert cuda_plans.is_valid(64, 7168, 2048, walk) and not cuda_plans.is_valid(64, 7168, 2048, walk._replace(qa=0))
-    assert not cuda_plans.is_valid(64, 7168, 2048, walk._replace(nt=4))  # registers (QA_REGISTERS)
-    assert not cuda_plans.is_valid(16, 480, 1600, cuda_plans.Plan(16, 2, 1, 2, 1, 2, 0, 1))  # qa never with cn
-    assert cuda_plans.quantized_a_bytes(3, 576) == 3 * (288 + 32)  # 18 scale columns padded to 32
 
 
 # ---- GPU ---------------------------------------------------------------------------------------
@@ -147,11 +131,7 @@ def test_odd_shapes(m, n, k):
                                   (64, 4, 2, 1, 4, 2), (16, 1, 1, 2, 1, 8),
                                   # v5: a ring of B chunk slots per thread (with and without cn)
                                   (8, 1, 1, 1, 1, 1, 2), (8, 2, 2, 2, 2, 1, 3), (24, 1, 3, 2, 3, 2, 2),
-                                  (64, 2, 3, 1, 2, 2, 2),
-                                  # A quantized by a first kernel (with split-K, a ring, a last half chunk)
-                                  (8, 1, 1, 1, 1, 1, 0, 1), (8, 2, 2, 2, 2, 1, 0, 1), (16, 3, 1, 4, 8, 1, 0, 1),
-                                  (24, 1, 3, 2, 3, 1, 2, 1), (64, 4, 2, 1, 4, 1, 0, 1), (128, 2, 1, 1, 2, 1, 0, 1),
-                                  (32, 2, 1, 2, 1, 1, 0, 1)])
+                                  (64, 2, 3, 1, 2, 2, 2)])
 def test_plans_and_split_k(plan):
     if not _hopper():
         pytest.skip("needs sm_90")
@@ -165,48 +145,11 @@ def _sm90():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 4, 17, 33, 256])
-@pytest.mark.parametrize("n", [16, 48, 2880])
-@pytest.mark.parametrize("k", [64, 192, 576, 7168])
-def test_odd_shapes_with_a_quantized_first(m, n, k):
-    """The first of the shape's qa plans: the quantization kernel's grid, the bulk copies of rows < M
-    and the scale window at any split-K offset."""
-    if not _hopper():
-        pytest.skip("needs sm_90")
-    _check(m, n, k, plan=cuda_plans.quantized_a_plans(m, n, k, limit=1)[0], seed=m + n + k)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(16, 2112, 7168), (33, 480, 1600), (256, 3072, 1536)])
-def test_a_quantized_first_in_a_captured_graph(shape):
-    """Both launches (the dependent one too) are captured; replays with new inputs stay correct."""
-    if not _hopper():
-        pytest.skip("needs sm_90")
-    plan = cuda_plans.quantized_a_plans(*shape, limit=1)[0]
-    data = make_inputs(*shape, seed=21, device="cuda")
-    run = cuda.make_runner(*shape, torch.device("cuda"), plan)
-    for _ in range(2):
-        run(data[0], data[2], data[3], data[4])
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = run(data[0], data[2], data[3], data[4])
-    for replay in range(3):
-        fresh = make_inputs(*shape, seed=40 + replay, device="cuda")
-        for captured, new in zip(data, fresh):
-            captured.copy_(new)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert_harness_close(out, reference_output(fresh))
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("plan", [None, (16, 4, 1, 1, 4, 1, 2, 1)], ids=["table", "qa"])
-def test_fresh_outputs_and_fresh_data(plan):
+def test_fresh_outputs_and_fresh_data():
     if not _hopper():
         pytest.skip("needs sm_90")
     m, n, k = 16, 2112, 7168
-    run = cuda.make_runner(m, n, k, torch.device("cuda"), cuda_plans.Plan(*plan) if plan else None)
+    run = cuda.make_runner(m, n, k, torch.device("cuda"))
     assert_fresh_outputs_and_fresh_data(run, m, n, k)
 
 
@@ -305,8 +248,7 @@ NON_FINITE_CASES = {"b_scale_nan", "b_byte_254"}
 # One plan per code path: split-K with a cluster of N tiles, plain split-K, WK > 1.
 _MMA_SYNC_EXTREME_PLANS = [((4, 2880, 512), PLANS[(4, 2880, 512)]), ((16, 2112, 7168), PLANS[(16, 2112, 7168)]),
                            ((64, 7168, 2048), PLANS[(64, 7168, 2048)]), ((256, 3072, 1536), PLANS[(256, 3072, 1536)]),
-                           ((33, 480, 1600), (16, 2, 1, 2, 2, 2, 0)),
-                           ((33, 480, 1600), (16, 2, 1, 2, 2, 1, 0, 1)), ((64, 7168, 2048), (64, 4, 1, 1, 2, 1, 2, 1))]
+                           ((33, 480, 1600), (16, 2, 1, 2, 2, 2, 0))]
 EXTREME_PLANS = [(shape, None) for shape, _ in _MMA_SYNC_EXTREME_PLANS[:4]] + _MMA_SYNC_EXTREME_PLANS[4:]
 
 

@@ -8,10 +8,9 @@ repetition by repetition so drift hits them alike, medians.
     python3 tools/cuda_lab.py host [--calls 2000]
         Eager host cost per call, back to back without flush: custom_kernel (validation + dispatch +
         launch) vs the bare runner vs one torch.mm of the same size.
-    python3 tools/cuda_lab.py plans [--family pipe|qa] [--max-plans 8] [--plans "M,N,K:PLAN ..."]
-        A family's plans for each shape (pipe: backends/cuda/mxfp4_gemm_sm90_pipe.cu; qa: A quantized
-        by a first kernel) against the table's plan and cuBLAS bf16 on pre-dequantized operands
-        (bf16_matmul); every plan checked once.
+    python3 tools/cuda_lab.py pipe [--max-plans 8] [--plans "M,N,K:pipe,... ..."]
+        The pipe plans (backends/cuda/mxfp4_gemm_sm90_pipe.cu) of each shape against the table's plan
+        and cuBLAS bf16 on pre-dequantized operands (bf16_matmul); every plan checked once.
     python3 tools/cuda_lab.py once 16,2112,7168 [--plan PLAN]
         One call of one shape, for a profiler: ncu -k mxfp4_gemm -c 1 python3 tools/cuda_lab.py once ...
 
@@ -166,25 +165,21 @@ def host(args, device, timer):
     write_json(args.out, {"device": torch.cuda.get_device_name(device), "rows": rows})
 
 
-FAMILIES = {"pipe": cuda_plans.pipe_plans, "qa": cuda_plans.quantized_a_plans}
-
-
-def plans_work(args, device):
-    """[(shape, plans)]: --plans grouped by shape, else each shape's first --max-plans of the family."""
+def pipe_work(args, device):
+    """[(shape, pipe plans)]: --plans grouped by shape, else each shape's first --max-plans offers."""
     if args.plans:
         work = {}
         for shape, plan in parse_work("", args.plans):
             work.setdefault(shape, []).append(plan)
         return list(work.items())
-    offers = FAMILIES[args.family]
-    return [((m, n, k), offers(m, n, k, cuda.compute_units(device), args.max_plans))
+    return [((m, n, k), cuda_plans.pipe_plans(m, n, k, cuda.compute_units(device))[: args.max_plans])
             for (m, n, k), _ in parse_work(args.shapes, "")]
 
 
-def plans(args, device, timer):
-    """A family's plans vs the table's plan vs bf16_matmul, interleaved, per shape."""
+def pipe(args, device, timer):
+    """Pipe plans vs the table's plan vs bf16_matmul, interleaved, per shape (sm_90 only)."""
     rows, totals = [], {}
-    for (m, n, k), plans in plans_work(args, device):
+    for (m, n, k), plans in pipe_work(args, device):
         case = bench.Case(m, n, k, 100, POOL, device)
         with concurrent.futures.ThreadPoolExecutor(4) as pool:  # NVRTC runs outside the GIL
             list(pool.map(lambda plan: cuda.build(m, n, k, device, plan), plans))
@@ -199,11 +194,10 @@ def plans(args, device, timer):
             for name, call in calls.items():
                 samples[name].append(timer.time_us(lambda: call(rep % POOL))[1])
         medians = {name: statistics.median(values) for name, values in samples.items()}
-        offered = {cuda.plan_label(plan) for plan in plans}
-        best = min((us for name, us in medians.items() if name in offered and correct[name]), default=None)
+        best_pipe = min((us for name, us in medians.items() if name.startswith("p.") and correct[name]), default=None)
         for key, us in (("table", next(us for name, us in medians.items() if name.startswith("table"))),
-                        ("best offered", best), ("bf16_matmul", medians["bf16_matmul"])):
-            if us is not None:  # (no correct plan: the geomean of "best offered" covers fewer shapes)
+                        ("best pipe", best_pipe), ("bf16_matmul", medians["bf16_matmul"])):
+            if us is not None:  # (no correct pipe plan: the geomean of "best pipe" covers fewer shapes)
                 totals.setdefault(key, []).append(us)
         rows.append({"shape": [m, n, k], "us": medians, "correct": correct})
         print(f"{m}x{n}x{k}", flush=True)
@@ -237,7 +231,7 @@ def parser():
     commands = {
         "ab": (ab, "this kernel source against another version"),
         "host": (host, "eager host cost per call"),
-        "plans": (plans, "a family's plans vs the table plan vs bf16_matmul"),
+        "pipe": (pipe, "pipe plans vs the table plan vs bf16_matmul"),
         "once": (once, "one call of one shape (for a profiler)"),
     }
     for name, (function, text) in commands.items():
@@ -245,8 +239,7 @@ def parser():
         command.set_defaults(function=function)
     sub.choices["ab"].add_argument("before", help="the other kernel source file")
     sub.choices["host"].add_argument("--calls", type=int, default=2000)
-    sub.choices["plans"].add_argument("--family", choices=sorted(FAMILIES), default="pipe")
-    sub.choices["plans"].add_argument("--max-plans", type=int, default=8, help="plans per shape")
+    sub.choices["pipe"].add_argument("--max-plans", type=int, default=8, help="pipe plans per shape")
     sub.choices["once"].add_argument("shape", help="M,N,K")
     sub.choices["once"].add_argument("--plan", help="PLAN fields (default: the table's)")
     return top

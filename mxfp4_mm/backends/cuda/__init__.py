@@ -4,11 +4,9 @@ shared memory). Plans, their geometry and cost models are in `plans.py`.
 
 The kernel quantizes A itself, reads B codes once from B_q and B scales from the shuffled
 B_scale_sh, runs bf16 tensor-core MMAs with the scales folded into the operands, and sums split-K
-partials inside a thread-block cluster. A plan with `qa` instead launches the same file's A
-quantization kernel first and the GEMM as its programmatic dependent (two launches, overlapped), the
-quantized A going through a buffer allocated per call. Nothing is kept between calls (no scratch,
-no counters), so one runner may serve any queue. Compiled through NVRTC (disk-cached) once per (N, K,
-plan): M is a launch argument, and plans are picked per M class, so varying batch sizes reuse builds.
+partials inside a thread-block cluster. It keeps no state between calls (no scratch, no counters),
+so one runner may serve any queue. Compiled through NVRTC (disk-cached) once per (N, K, plan):
+M is a launch argument, and plans are picked per M class, so varying batch sizes reuse builds.
 """
 
 import ctypes
@@ -19,8 +17,7 @@ import torch
 from ... import runtime
 from ...kernels import read_source
 from .plans import (PipePlan, Plan, chunks, compile_options, grid, is_valid, pipe_plans, pipe_threads,
-                    plan_for_shape, quantized_a_bytes, quantized_a_plans, quantized_a_scale_cols, ranked_plans,
-                    smem_bytes)
+                    plan_for_shape, ranked_plans, smem_bytes)
 
 NAME = "cuda"
 SOURCE = "mxfp4_gemm_sm90.cu"
@@ -49,7 +46,6 @@ def plan_for(m: int, n: int, k: int, device: torch.device) -> Plan:
 # ---- the autotuner's interface ----------------------------------------------------------------
 
 MAX_CANDIDATES = 24  # NVRTC builds take ~1 s each (the compile step's build pool runs them concurrently)
-QA_CANDIDATES = 8  # plans with A quantized by a first kernel, after the mma.sync plans
 PIPE_CANDIDATES = 4  # pipe plans offered after the mma.sync plans (sm_90 only; slower on the H200)
 # The tuner may only be offered kernels that passed compute-sanitizer memcheck on odd shapes
 # (tools/sanitize_kernels.py covers the pipe plans either way): the pipe kernel has
@@ -62,7 +58,6 @@ def _candidates(m, n, k, units, pipe):
     first = plan_for_shape(m, n, k, units)
     plans = [first] + [plan for plan in ranked_plans(m, n, k, units, MAX_CANDIDATES) if plan != first]
     plans = plans[:MAX_CANDIDATES]
-    plans += quantized_a_plans(m, n, k, units, QA_CANDIDATES)
     if pipe:
         plans += [plan for plan in pipe_plans(m, n, k, units, PIPE_CANDIDATES) if plan != first]
     return plans
@@ -79,8 +74,8 @@ def offers_pipe(device: torch.device) -> bool:
 
 
 def candidates(m: int, n: int, k: int, device: torch.device) -> list:
-    """The plan `plan_for` picks; then the cost model's ranking of the mma.sync plan grid; then
-    QA_CANDIDATES of its plans with A quantized first; then, where `offers_pipe`, up to PIPE_CANDIDATES pipe plans by their cost model (last: 2-6 µs slower than
+    """The plan `plan_for` picks; then the cost model's ranking of the mma.sync plan grid; then, where
+    `offers_pipe`, up to PIPE_CANDIDATES pipe plans by their cost model (last: 2-6 µs slower than
     the table on the H200, notes/cuda.md). No compilation."""
     return list(_candidates(m, n, k, compute_units(device), offers_pipe(device)))
 
@@ -94,16 +89,14 @@ def plan_label(plan) -> str:
         label = f"p.n{plan.bn}.m{plan.bm}.s{plan.split_k}.k{plan.kc}.q{plan.stages}"
         return label + (f".w{plan.cw}" if plan.cw else "")
     label = f"m{plan.bm}w{plan.wn}t{plan.nt}k{plan.wk}s{plan.split_k}"
-    return (label + (f"c{plan.cn}" if plan.cn != 1 else "") + (f"r{plan.ring}" if plan.ring else "")
-            + ("q" if plan.qa else ""))
+    return label + (f"c{plan.cn}" if plan.cn != 1 else "") + (f"r{plan.ring}" if plan.ring else "")
 
 
 def plan_family(plan) -> str:
-    """Plans sharing code paths: the kernel, A quantized first or not, and whether partials are
-    summed (split-K)."""
+    """Plans sharing code paths: the kernel, and whether partials are summed (split-K)."""
     if isinstance(plan, PipePlan):
         return "pipe" + (".sk" if plan.split_k > 1 else "")
-    return "mma" + (".qa" if plan.qa else "") + (".sk" if plan.split_k > 1 else "")
+    return "mma" + (".sk" if plan.split_k > 1 else "")
 
 
 def build(m: int, n: int, k: int, device: torch.device, plan) -> None:
@@ -152,41 +145,10 @@ def make_launcher(m: int, n: int, k: int, device: torch.device, plan):
     api = runtime.api_for(device)
     api.check(api.drv.cuFuncSetAttribute(function.handle, _MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
               "cuFuncSetAttribute")
-    if isinstance(plan, PipePlan):
-        launch = function.launcher("ppppi")
-
-        def run(a, b_q, b_scale_sh, out):
-            launch(dims, block, shared, a, b_q, b_scale_sh, out, m)
-
-        return run
-    if not plan.qa:
-        launch = function.launcher("ppppip")
-
-        def run(a, b_q, b_scale_sh, out):
-            launch(dims, block, shared, a, b_q, b_scale_sh, out, m, 0)
-
-        return run
-    return _quantized_a_launcher(m, k, device, plan, function, dims, block, shared)
-
-
-QUANTIZE_WARPS = 4  # per CTA of the A quantization kernel; a warp quantizes 8 scale blocks
-
-
-def _quantized_a_launcher(m, k, device, plan, gemm, dims, block, shared):
-    """launch(a, b_q, b_scale_sh, out) for a qa plan: A's quantization, then the GEMM as its
-    programmatic dependent, on the current queue; the quantized A lives in a buffer of this call."""
-    quantize = gemm.module.function("mxfp4_quantize_a").launcher("pppii")
-    launch = gemm.launcher("ppppip", dependent=True)
-    q_dims = (-(-(m * k // 32) // (8 * QUANTIZE_WARPS)), 1, 1)
-    q_block = (32 * QUANTIZE_WARPS, 1, 1)
-    codes_bytes, scale_cols = m * k // 2, quantized_a_scale_cols(k)
-    total = quantized_a_bytes(m, k)
+    launch = function.launcher("ppppi")
 
     def run(a, b_q, b_scale_sh, out):
-        quantized = torch.empty(total, dtype=torch.uint8, device=a.device)
-        codes = quantized.data_ptr()
-        quantize(q_dims, q_block, 0, a, codes, codes + codes_bytes, m, scale_cols)
-        launch(dims, block, shared, a, b_q, b_scale_sh, out, m, codes)
+        launch(dims, block, shared, a, b_q, b_scale_sh, out, m)
 
     return run
 
@@ -206,15 +168,14 @@ def make_runner(m: int, n: int, k: int, device: torch.device, plan=None):
 
 
 def quantize(x: torch.Tensor):
-    """The A quantization kernel alone (the fused path's arithmetic) -> (codes [M, K/2], scale bytes
-    [M, K/32])."""
+    """Debug path: the kernel's A quantization alone -> (codes [M, K/2], scale bytes [M, K/32])."""
     m, k = x.shape
     device = runtime.normalize_device(x.device)
     plan = Plan(8, 1, 1, 4, min(8, chunks(k)))  # any plan compiles; this one for any K
-    function = _module(16, k, device, plan).function("mxfp4_quantize_a")
+    function = _module(16, k, device, plan).function("mxfp4_quant_debug")
     codes = torch.empty((m, k // 2), dtype=torch.uint8, device=device)
     scales = torch.empty((m, k // 32), dtype=torch.uint8, device=device)
-    blocks = -(-(m * k // 32) // (8 * QUANTIZE_WARPS))
-    function.launcher("pppii")((blocks, 1, 1), (32 * QUANTIZE_WARPS, 1, 1), 0, x.contiguous(), codes, scales, m,
-                               k // 32)
+    warps = 4
+    blocks = -(-(m * k // 32) // (8 * warps))
+    function.launcher("pppi")((blocks, 1, 1), (32 * warps, 1, 1), 0, x.contiguous(), codes, scales, m)
     return codes, scales

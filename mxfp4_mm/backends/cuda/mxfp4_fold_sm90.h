@@ -119,17 +119,6 @@ __device__ __forceinline__ u32 a_fold(int e) {
     return (u32)min(e + 190, 255) * 0x00800080u;
 }
 
-// ---- the grid dependency ---------------------------------------------------------------------
-
-// Programmatic dependent launch: the primary grid lets its dependent start; the dependent waits for
-// the primary's completion and memory (both no-ops in a launch without the dependency).
-__device__ __forceinline__ void grid_dependents_may_start() {
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
-__device__ __forceinline__ void grid_dependency_wait() {
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-}
-
 // ---- thread-block clusters (split-K partial sums, shared A) ---------------------------------
 
 __device__ __forceinline__ void cluster_sync() {

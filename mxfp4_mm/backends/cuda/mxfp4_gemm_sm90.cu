@@ -19,20 +19,13 @@
 // With CN > 1 the cluster also spans CN neighbouring N tiles that share one A slab: each
 // CTA quantizes 1/CN of it and stores the fragments into every peer, so A is quantized once
 // per cluster instead of once per N tile.
-// With A_CODES, A is quantized once per call by `mxfp4_quantize_a` (below), launched just before
-// the GEMM, which runs as its programmatic dependent: the GEMM CTAs start, issue their B copies,
-// then wait on the grid dependency. A's codes and scale bytes (4.25 bits a value instead of 16) then
-// travel like B: each thread copies the 16-byte pieces its own MMAs use into its slots of the ring
-// and turns them into the fused path's fragments right before the MMAs, so A needs no shared slab
-// and a CTA can walk a long K range.
 //
 // Compile-time configuration (-D, as plans.py's compile_options writes it): GN GK
 // (shape; M is a launch argument, so one build serves every M: rows >= M are zero-filled on load
 // and never stored), BM (rows of M per CTA, multiple of 8), WN (warps along N), NT (16-row N tiles
 // per warp), WK (warps along K), SPLITK (CTAs along K), and where they differ from their
-// defaults CN (N tiles sharing A; cluster size CN * SPLITK), RING (B chunks in flight per
-// thread; 0 = all of a warp's chunks at once) and A_CODES (1: A arrives quantized). Without GN the
-// file builds a default plan.
+// defaults CN (N tiles sharing A; cluster size CN * SPLITK) and RING (B chunks in flight per
+// thread; 0 = all of a warp's chunks at once). Without GN the file builds a default plan.
 
 #ifndef GN
 #define GN 256
@@ -48,9 +41,6 @@
 #endif
 #ifndef RING
 #define RING 0
-#endif
-#ifndef A_CODES
-#define A_CODES 0
 #endif
 #include "mxfp4_exact.h"
 #include "mxfp4_fold_sm90.h"
@@ -69,7 +59,7 @@ constexpr int WORD_UNROLL = NT * MT < 16 ? 4 : 1;
 // B_LATE: issue the B copies only once this thread's A rows have landed, so a large A slab does
 // not come back behind the B traffic (measured on the H200, notes/cuda.md); for a small slab
 // issuing B at once is better.
-constexpr bool B_LATE = !A_CODES && BM * ((GK + 127) / 128 + SPLITK - 1) / SPLITK * 256 >= 16384;
+constexpr bool B_LATE = BM * ((GK + 127) / 128 + SPLITK - 1) / SPLITK * 256 >= 16384;
 
 // Shared memory: B pieces (each thread reads back only what it copied), A fragments, B scales;
 // after the MMAs the same space holds the fp32 partial tiles.
@@ -78,21 +68,16 @@ constexpr bool B_LATE = !A_CODES && BM * ((GK + 127) / 128 + SPLITK - 1) / SPLIT
 constexpr int B_SLOTS = RING == 0 || RING >= CHW ? CHW : RING;
 constexpr bool B_RING = B_SLOTS < CHW;
 constexpr int B_SMEM = B_SLOTS * NT * 2 * NTHREADS * 16;
-constexpr int A_SMEM = A_CODES ? 0 : MT * CH_MAX * 2048;
+constexpr int A_SMEM = MT * CH_MAX * 2048;
 constexpr int S_PER_THREAD = CHW * NT * 2;                 // scale bytes each thread uses
 constexpr int S_SMEM = (S_PER_THREAD * NTHREADS + 15) / 16 * 16;
 constexpr int P_STRIDE = BN + 4;  // floats; 4 mod 32 keeps the fragment stores conflict-free
 constexpr int P_SMEM = WK * BM * P_STRIDE * 4;
-// A_CODES: per ring slot and M tile, each thread's 16 code bytes (row mt*8+g, block t) and the 4
-// scale bytes of that row's chunk (it uses byte t).
-constexpr int A_SCALE_COLS = (KBLOCKS + 15) / 16 * 16;  // scale bytes per row of mxfp4_quantize_a's output
-constexpr int Q_SMEM = A_CODES ? B_SLOTS * MT * NTHREADS * 20 : 0;
-// Dynamic shared memory = max(B_SMEM + Q_SMEM + A_SMEM + S_SMEM, P_SMEM); plans.py mirrors this.
+// Dynamic shared memory = max(B_SMEM + A_SMEM + S_SMEM, P_SMEM); plans.py mirrors this.
 
 static_assert(BM % 8 == 0 && BM <= 256, "BM");
 static_assert(CHW <= 32 && S_PER_THREAD <= 64, "too many chunks per warp");
 static_assert(CN >= 1 && CN * SPLITK <= 8, "cluster size");
-static_assert(!A_CODES || CN == 1, "quantized A is never shared through the cluster");
 
 // Index of the 16-row N tile that warp wn handles as its nt-th.
 __device__ __forceinline__ int n_tile16(int wn, int nt) { return wn * NT + nt; }
@@ -149,18 +134,7 @@ __device__ __forceinline__ uint4 quantize_fragment(uint4 raw) {
                       mul_bf16x2(rq[3], fold));
 }
 
-// Eight codes (one 32-bit word of a block's 16 bytes) with their block's fold (a_fold of its scale
-// exponent) as the fragment quantize_fragment makes from the same values: a nibble read as e2m1 * 2^-126, times
-// 2^126 (exact, also for the subnormal 0.5) is the rounded value; then the same fold.
-__device__ __forceinline__ uint4 code_fragment(u32 codes, u32 fold) {
-    constexpr u32 two_126 = 0x7E807E80u;
-    return make_uint4(mul_bf16x2(mul_bf16x2(nibble_pair<0>(codes), two_126), fold),
-                      mul_bf16x2(mul_bf16x2(nibble_pair<1>(codes), two_126), fold),
-                      mul_bf16x2(mul_bf16x2(nibble_pair<2>(codes), two_126), fold),
-                      mul_bf16x2(mul_bf16x2(nibble_pair<3>(codes), two_126), fold));
-}
-
-// e2m1 code of a rounded bf16 value r (16 bits), with x's sign bit.
+// e2m1 code of a rounded bf16 value r (16 bits), with x's sign bit (debug path).
 __device__ __forceinline__ u32 e2m1_code(u32 r, u32 x_sign) {
     const float q = __uint_as_float((r & 0x7FFFu) << 16);
     const u32 mag = q == 0.f ? 0u : q < 1.f ? 1u : (__float_as_uint(q) >> 22) - 252u;
@@ -232,24 +206,13 @@ __device__ __noinline__ void exact_partial(const u16* __restrict__ a, const u8* 
     }
 }
 
-// ---- quantized A (A_CODES) ------------------------------------------------------------------
-
-// 4-byte copy (the scale bytes of one row's chunk), zero-filled when !valid.
-__device__ __forceinline__ void cp_async4(u32 dst, const void* src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
-}
-
-// a_codes (A_CODES only): mxfp4_quantize_a's output for this call, codes [m_size, GK/2] then scale
-// bytes [m_size, A_SCALE_COLS]; `a` stays the input for the exact fallback.
 extern "C" __global__ void __launch_bounds__(NTHREADS) CLUSTER_ATTR
 mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh,
-           u16* __restrict__ c, const int m_size, const u8* __restrict__ a_codes) {
+           u16* __restrict__ c, const int m_size) {
     extern __shared__ __align__(16) u8 smem[];
     u8* const b_smem = smem;
-    u8* const q_codes = smem + B_SMEM;                              // A_CODES: code pieces
-    u8* const q_scales = q_codes + B_SLOTS * MT * NTHREADS * 16;    // A_CODES: scale words
-    u8* const a_smem = smem + B_SMEM + Q_SMEM;
-    u8* const s_smem = a_smem + A_SMEM;
+    u8* const a_smem = smem + B_SMEM;
+    u8* const s_smem = smem + B_SMEM + A_SMEM;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wn = warp % WN, wk = warp / WN;
@@ -265,44 +228,25 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     const int chunks = (split + 1) * NCHUNK / SPLITK - chunk_begin;
 
     // 1. A rows of this K range, raw bf16, each 16 bytes staged where its fragment will live.
-    // This CTA's share of the tasks: every CN-th group of NWARPS. (Quantized A: in step 4.)
+    // This CTA's share of the tasks: every CN-th group of NWARPS.
     const int a_tasks = (BM / 2) * chunks;
     const int a_task0 = cta_n_rank() * NWARPS + warp;
-    if constexpr (!A_CODES) {
 #pragma unroll 1
-        for (int task = a_task0; task < a_tasks; task += NWARPS * CN) {
-            const int mp = task / chunks, lc = task - mp * chunks;
-            const int gm = m0 + 2 * mp + ((lane >> 2) & 1);
-            const int k = (chunk_begin + lc) * 128 + 32 * t + 8 * (lane >> 3);
-            const bool valid = gm < m_size && k < GK;
-            cp_async16(smem_addr(a_smem + a_fragment_offset(task, chunks, lane)),
-                       valid ? a + (size_t)gm * GK + k : a, valid);
-        }
-        cp_async_commit();
+    for (int task = a_task0; task < a_tasks; task += NWARPS * CN) {
+        const int mp = task / chunks, lc = task - mp * chunks;
+        const int gm = m0 + 2 * mp + ((lane >> 2) & 1);
+        const int k = (chunk_begin + lc) * 128 + 32 * t + 8 * (lane >> 3);
+        const bool valid = gm < m_size && k < GK;
+        cp_async16(smem_addr(a_smem + a_fragment_offset(task, chunks, lane)),
+                   valid ? a + (size_t)gm * GK + k : a, valid);
     }
+    cp_async_commit();
 
     // 2. B codes: every thread copies the 16-byte pieces it will consume, one group per chunk
     // (the first B_SLOTS chunks now; with a ring, the rest as slots free up in step 5).
     // Loops over chunks stay rolled: right after the harness's L2 flush every instruction-cache
     // line is a DRAM round trip, so the executed code must stay small.
-    // Quantized A: the pieces of this thread's MMA columns (rows mt*8+g, block t), copied like B's.
-    const u8* const a_scales = a_codes + (size_t)m_size * (GK / 2);
-    auto copy_a_pieces = [&](int j) {
-        const int lc = wk + j * WK;
-        const int block = (chunk_begin + lc) * 4 + t;
-        const int slot = B_RING ? j % B_SLOTS : j;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            const int row = m0 + mt * 8 + g;
-            const bool in_range = (!B_RING || j < CHW) && lc < chunks && row < m_size;
-            const bool valid = in_range && block < KBLOCKS;
-            cp_async16(smem_addr(q_codes + ((slot * MT + mt) * NTHREADS + tid) * 16),
-                       valid ? a_codes + (size_t)row * (GK / 2) + block * 16 : a_codes, valid);
-            cp_async4(smem_addr(q_scales + ((slot * MT + mt) * NTHREADS + tid) * 4),
-                      in_range ? a_scales + (size_t)row * A_SCALE_COLS + (chunk_begin + lc) * 4 : a_scales, in_range);
-        }
-    };
-    auto copy_b_chunk = [&](int j, bool with_a) {
+    auto copy_b_chunk = [&](int j) {
         const int lc = wk + j * WK;
         const int block = (chunk_begin + lc) * 4 + t;
         const int slot = B_RING ? j % B_SLOTS : j;
@@ -316,12 +260,11 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                 cp_async16(smem_addr(b_smem + ((slot * NT + nt) * 2 + h) * NTHREADS * 16 + tid * 16), src, valid);
             }
         }
-        if (A_CODES && with_a) copy_a_pieces(j);
         cp_async_commit();
     };
     if (!B_LATE) {
 #pragma unroll 1
-        for (int j = 0; j < B_SLOTS; ++j) copy_b_chunk(j, false);
+        for (int j = 0; j < B_SLOTS; ++j) copy_b_chunk(j);
     }
 
     // 3. B scales: the bytes this thread's MMAs use (read now, parked in shared memory after the
@@ -342,19 +285,10 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 
     // 4. A: quantize the raw rows staged in shared memory in place, into MMA-ready fragments;
     // two tasks per iteration so their dependent chains (loads, shuffles, rounding) overlap.
-    // Quantized A: once the quantizing grid is done, the first B_SLOTS chunks' pieces, one group each
-    // after the B groups (so a chunk's A group lands last, and the MMA loop's waits stay as they are).
-    if constexpr (A_CODES) {
-        grid_dependency_wait();
-#pragma unroll 1
-        for (int j = 0; j < B_SLOTS; ++j) {
-            copy_a_pieces(j);
-            cp_async_commit();
-        }
-    } else if (B_LATE) {
+    if (B_LATE) {
         cp_async_wait<0>();  // this thread's A group, the only one so far
 #pragma unroll 1
-        for (int j = 0; j < B_SLOTS; ++j) copy_b_chunk(j, false);
+        for (int j = 0; j < B_SLOTS; ++j) copy_b_chunk(j);
     } else {
         cp_async_wait<(B_SLOTS < 7 ? B_SLOTS : 7)>();  // this thread's A group (groups complete in order)
     }
@@ -362,7 +296,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
     asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 #endif
 #pragma unroll 1
-    for (int task = a_task0; task < (A_CODES ? 0 : a_tasks); task += 2 * NWARPS * CN) {
+    for (int task = a_task0; task < a_tasks; task += 2 * NWARPS * CN) {
         const bool has_second = task + NWARPS * CN < a_tasks;  // warp-uniform
         uint4* const first = reinterpret_cast<uint4*>(a_smem + a_fragment_offset(task, chunks, lane));
         uint4* const second = has_second
@@ -394,7 +328,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 #if CN > 1
     cluster_sync();  // every peer's A fragments have landed here
 #else
-    if constexpr (!A_CODES) __syncthreads();  // (quantized A: every operand is private to its thread)
+    __syncthreads();
 #endif
 
     // 5. MMAs over this warp's chunks.
@@ -435,16 +369,6 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                 wb[nt][h] = *reinterpret_cast<const uint4*>(pieces + tid * 16);
                 mult[nt][h] = b_scale_multiplier(s_smem[scales + tid]);
             }
-        uint4 wa[A_CODES ? MT : 1];  // quantized A: this thread's code pieces and folds
-        u32 fold[A_CODES ? MT : 1];
-        if constexpr (A_CODES) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                const int piece = ((B_RING ? j % B_SLOTS : j) * MT + mt) * NTHREADS + tid;
-                wa[mt] = *reinterpret_cast<const uint4*>(q_codes + piece * 16);
-                fold[mt] = a_fold((int)((*reinterpret_cast<const u32*>(q_scales + piece * 4) >> (8 * t)) & 0xFFu) - 127);
-            }
-        }
 #pragma unroll WORD_UNROLL
         for (int i = 0; i < 4; ++i) {  // word i of each piece; the words rotate through .x
             u32 bf[NT][2][4];
@@ -461,14 +385,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                 }
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-                uint4 x;
-                if constexpr (A_CODES) {
-                    const u32 w = wa[mt].x;
-                    wa[mt] = make_uint4(wa[mt].y, wa[mt].z, wa[mt].w, w);
-                    x = code_fragment(w, fold[mt]);
-                } else {
-                    x = *reinterpret_cast<const uint4*>(a_smem + ((mt * CH_MAX + lc) * 4 + i) * 512 + lane * 16);
-                }
+                const uint4 x = *reinterpret_cast<const uint4*>(a_smem + ((mt * CH_MAX + lc) * 4 + i) * 512 + lane * 16);
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
                     mma_bf16(acc[nt][mt], bf[nt][0][0], bf[nt][1][0], bf[nt][0][1], bf[nt][1][1], x.x, x.y);
@@ -476,7 +393,7 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
                 }
             }
         }
-        if (B_RING) copy_b_chunk(j + B_SLOTS, true);  // this slot's words are all consumed
+        if (B_RING) copy_b_chunk(j + B_SLOTS);  // this slot's words are all consumed
     }
     cp_async_wait<0>();
     bool out_of_range = b_scale_low;
@@ -535,13 +452,10 @@ mxfp4_gemm(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __re
 #endif
 }
 
-// A quantized once per call for the A_CODES GEMM (and, alone, the debug path): codes [m_size, GK/2],
-// scale bytes [m_size, scale_cols] (row stride scale_cols >= GK/32). The fused path's arithmetic.
-// One warp handles 8 scale blocks: lane = i*8 + slot, 8 values per lane. The GEMM may start at once:
-// it waits on this grid (griddepcontrol) before it reads the output.
-extern "C" __global__ void mxfp4_quantize_a(const u16* __restrict__ a, u8* __restrict__ codes, u8* __restrict__ scales,
-                                            const int m_size, const int scale_cols) {
-    grid_dependents_may_start();
+// Debug: the fused A quantization alone -> codes [m_size, GK/2], scale bytes [m_size, GK/32].
+// One warp handles 8 scale blocks: lane = i*8 + slot, 8 values per lane.
+extern "C" __global__ void mxfp4_quant_debug(const u16* __restrict__ a, u8* __restrict__ codes, u8* __restrict__ scales,
+                                             const int m_size) {
     const int lane = threadIdx.x & 31;
     const int i = lane >> 3, slot = lane & 7;
     const int block = (blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5)) * 8 + slot;
@@ -562,5 +476,5 @@ extern "C" __global__ void mxfp4_quantize_a(const u16* __restrict__ a, u8* __res
         packed |= e2m1_code(r, x_sign) << (4 * j);
     }
     *reinterpret_cast<u32*>(codes + (size_t)row * (GK / 2) + col * 16 + 4 * i) = packed;
-    if (i == 0) scales[(size_t)row * scale_cols + col] = (u8)(e + 127);
+    if (i == 0) scales[(size_t)row * KBLOCKS + col] = (u8)(e + 127);
 }

@@ -13,15 +13,11 @@ Regenerate on an H200 (rewrites PLANS below):  python3 -m mxfp4_mm.tune --write
 import collections
 
 MAX_SMEM = 227 * 1024
-# qa plans hold, besides B's pieces, A's code pieces and folds in registers through a chunk: at most
-# this many for the accumulators (4 per MMA tile), A (5 per M tile) and B (16 per N tile).
-QA_REGISTERS = 160
 
 # bm: rows of M per CTA; wn: warps along N; nt: 16-row N tiles per warp; wk: warps along K;
 # split_k: CTAs along K (one cluster); cn: neighbouring N tiles quantizing A together (when > 1;
-# cluster size cn * split_k, at most 8); ring: B chunks in flight per thread (when > 0; 0 = all);
-# qa: 1 = A quantized once per call by a first kernel, the GEMM its programmatic dependent (cn 1).
-Plan = collections.namedtuple("Plan", "bm wn nt wk split_k cn ring qa", defaults=(1, 0, 0))
+# cluster size cn * split_k, at most 8); ring: B chunks in flight per thread (when > 0; 0 = all).
+Plan = collections.namedtuple("Plan", "bm wn nt wk split_k cn ring", defaults=(1, 0))
 
 # The pipe kernel (mxfp4_gemm_sm90_pipe.cu, sm_90a only). kind: always "pipe" (a table entry is a plain
 # tuple; its first field tells the two plan types apart); bn: rows of N per CTA (64 per warpgroup);
@@ -70,21 +66,10 @@ def smem_bytes(m: int, n: int, k: int, plan) -> int:
     bn = plan.wn * plan.nt * 16
     b_slots = min(chw, plan.ring) if plan.ring else chw
     b = b_slots * plan.nt * 2 * threads * 16
-    a = 0 if plan.qa else plan.bm // 8 * ch_max * 2048
+    a = plan.bm // 8 * ch_max * 2048
     s = -(-chw * plan.nt * 2 * threads // 16) * 16
     partial = plan.wk * plan.bm * (bn + 4) * 4
-    q = b_slots * plan.bm // 8 * threads * 20 if plan.qa else 0  # A's code pieces and scale words
-    return max(b + q + a + s, partial)
-
-
-def quantized_a_scale_cols(k: int) -> int:
-    """Scale bytes per row of the A quantization kernel's output (the kernel's A_SCALE_COLS)."""
-    return -(-(k // 32) // 16) * 16
-
-
-def quantized_a_bytes(m: int, k: int) -> int:
-    """The A quantization kernel's output: codes [m, k/2], then scale bytes [m, A_SCALE_COLS]."""
-    return m * (k // 2 + quantized_a_scale_cols(k))
+    return max(b + a + s, partial)
 
 
 def grid(m: int, n: int, plan):
@@ -103,8 +88,6 @@ def is_valid(m: int, n: int, k: int, plan) -> bool:
     ch_max = -(-chunks(k) // plan.split_k)
     return (plan.bm % 8 == 0 and 8 <= plan.bm <= 256 and 1 <= plan.split_k <= min(8, chunks(k))
             and plan.cn >= 1 and plan.cn * plan.split_k <= 8 and plan.ring >= 0
-            and plan.qa in (0, 1) and (plan.cn == 1 or not plan.qa)
-            and (not plan.qa or 4 * plan.nt * (plan.bm // 8) + 5 * (plan.bm // 8) + 16 * plan.nt <= QA_REGISTERS)
             and 32 <= threads <= 1024 and plan.nt * plan.bm // 8 * 4 <= 128
             and -(-ch_max // plan.wk) <= 32 and -(-ch_max // plan.wk) * plan.nt * 2 <= 64
             and smem_bytes(m, n, k, plan) <= MAX_SMEM)
@@ -122,8 +105,6 @@ def compile_options(n: int, k: int, plan) -> tuple:
         values["CN"] = plan.cn
     if plan.ring > 0:
         values["RING"] = plan.ring
-    if plan.qa:
-        values["A_CODES"] = 1
     return tuple(f"-D{key}={value}" for key, value in values.items())
 
 
@@ -135,8 +116,7 @@ def plan_cost(m: int, n: int, k: int, plan, compute_units: int = 132) -> float:
         ctas *= d
     bm, bn, split_k = plan.bm, plan.wn * plan.nt * 16, plan.split_k
     ks = -(-(-(-k // 128)) // split_k) * 128
-    a_work = 3 if plan.qa else 10  # converting codes vs quantizing bf16
-    per_cta = (bn * ks / 2) / 33e3 + (bm * ks * a_work + bn * ks * 2.4) / 5e5 \
+    per_cta = (bn * ks / 2) / 33e3 + (bm * ks * 10 + bn * ks * 2.4) / 5e5 \
         + (bn * bm * ks / 2048) * 6 / 4 / 1900 + split_k * plan.wk * bm * bn * 4 / 2e5
     threads = plan.wn * plan.wk * 32
     return -(-ctas // compute_units) * per_cta + (0.3 if threads < 128 else 0.0)
@@ -202,48 +182,31 @@ def ranked_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 
     """Up to `limit` mma.sync plans, most promising first: base plans (rows of M per CTA up to M's,
     warps, tiles, split-K) by `plan_cost`, those filling 0.5-2 waves of CTAs first, each followed
     by its first VARIANTS_PER_BASE useful (cn, ring) variants."""
-    ranked = []
-    for base in sorted(_bases(m, n, k), key=lambda p: _rank(m, n, k, p, compute_units)):
-        variants = [base._replace(cn=cn, ring=ring) for cn, ring in GRID_VARIANTS]
-        ranked += [p for p in variants if _is_useful(m, n, k, p)][:VARIANTS_PER_BASE]
-        if len(ranked) >= limit:
-            break
-    return ranked[:limit]
-
-
-def _bases(m: int, n: int, k: int, wks=(1, 2, 4), **fields) -> set:
-    """Every valid plan of the wide grid (rows of M up to M's, warps, tiles, split-K), with `fields`."""
     m_pad = -(-m // 8) * 8
     bases = set()
     for bm in GRID_BMS:
         for wn in (1, 2, 3, 4, 6, 8):
             for nt in (1, 2, 3, 4):
-                for wk in wks:
+                for wk in (1, 2, 4):
                     for split_k in (1, 2, 4, 8):
-                        plan = Plan(min(bm, m_pad), wn, nt, wk, split_k, **fields)
+                        plan = Plan(min(bm, m_pad), wn, nt, wk, split_k)
                         if is_valid(m, n, k, plan):
                             bases.add(plan)
-    return bases
 
+    def rank(plan):
+        ctas = 1
+        for d in grid(m, n, plan):
+            ctas *= d
+        fills = compute_units // 2 <= ctas <= 2 * compute_units
+        return (not fills, plan_cost(m, n, k, plan, compute_units), tuple(plan))
 
-def quantized_a_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 8) -> list:
-    """Up to `limit` plans with A quantized by a first kernel (qa): the grid's plans ranked as
-    `ranked_plans` ranks them, each with and without a B ring of 2 where a ring is useful."""
     ranked = []
-    for base in sorted(_bases(m, n, k, wks=(1, 2, 4, 8), qa=1), key=lambda p: _rank(m, n, k, p, compute_units)):
-        ranked += [p for p in (base, base._replace(ring=2)) if _is_useful(m, n, k, p)]
+    for base in sorted(bases, key=rank):
+        variants = [base._replace(cn=cn, ring=ring) for cn, ring in GRID_VARIANTS]
+        ranked += [p for p in variants if _is_useful(m, n, k, p)][:VARIANTS_PER_BASE]
         if len(ranked) >= limit:
             break
     return ranked[:limit]
-
-
-def _rank(m, n, k, plan, compute_units):
-    """Plans filling 0.5-2 waves of CTAs first, then by `plan_cost`."""
-    ctas = 1
-    for d in grid(m, n, plan):
-        ctas *= d
-    fills = compute_units // 2 <= ctas <= 2 * compute_units
-    return (not fills, plan_cost(m, n, k, plan, compute_units), tuple(plan))
 
 
 # ---- pipe plans (mxfp4_gemm_sm90_pipe.cu) ------------------------------------------
