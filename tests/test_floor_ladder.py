@@ -23,8 +23,8 @@ def test_every_rung_compiles_without_spills(tmp_path, shape):
     source = tmp_path / "ladder.cu"
     source.write_text(floor_ladder.SOURCE)
     bn, split = floor_ladder.GEOMETRY[shape]
-    for name, a_mode, reduce in floor_ladder.RUNGS:
-        options = floor_ladder.compile_options(shape[1], shape[2], bn, split, a_mode, reduce)
+    for name, a_mode, reduce, loads in floor_ladder.RUNGS:
+        options = floor_ladder.compile_options(shape[1], shape[2], bn, split, a_mode, reduce, loads)
         built = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", *options, "-o",
                                 str(tmp_path / "ladder.cubin"), str(source)], capture_output=True, text=True)
         assert built.returncode == 0, (name, built.stderr[-2000:])
@@ -48,8 +48,8 @@ def test_every_rung_runs_and_resets_its_counters():
         pytest.skip("needs an sm_90 GPU")
     m, n, k, bn, split = 17, 256, 1024, 64, 4
     data = make_inputs(m, n, k, seed=5, device="cuda")
-    for name, a_mode, reduce in floor_ladder.RUNGS:
-        run = floor_ladder.make_runner(m, n, k, torch.device("cuda"), bn, split, a_mode, reduce)
+    for name, a_mode, reduce, loads in floor_ladder.RUNGS:
+        run = floor_ladder.make_runner(m, n, k, torch.device("cuda"), bn, split, a_mode, reduce, loads)
         first, second = run(data[0], data[2], data[3], data[4]), run(data[0], data[2], data[3], data[4])
         torch.cuda.synchronize()
         assert first.shape == (m, n) and first.dtype == torch.bfloat16 and first.data_ptr() != second.data_ptr()

@@ -12,6 +12,8 @@ dropped), so each rung's time above the previous one is what that structure cost
                  scales over its K range, and 1/tiles of A's rows there (A read once in all)
   A bf16         every CTA reads all of A's rows over its K range, as bf16 (what the kernels do)
   A compact      the same rows as quantized codes + scales (a quarter of the bytes and a bit more)
+  ..., 12 loads  pattern and A compact again with 12 loads in flight per thread instead of 4 (48 KB a
+                 CTA, nearer what the shipped kernel issues up front; 16 would spill)
   + cluster sum  A bf16, then partial tiles summed through the cluster's shared memory
   + global sum   A bf16, then partial tiles summed through global memory and a per-tile counter
 
@@ -40,10 +42,11 @@ from mxfp4_mm.backends import cuda  # noqa: E402
 GEOMETRY = {(4, 2880, 512): (64, 2), (16, 2112, 7168): (64, 4), (32, 4096, 512): (64, 2),
             (32, 2880, 512): (64, 2), (64, 7168, 2048): (128, 2), (256, 3072, 1536): (128, 6)}
 THREADS = 256
-LOADS_PER_THREAD = 4
-# (name, A_MODE, REDUCE): A_MODE 0 = A once in all, 1 = bf16 per tile, 2 = compact per tile;
-# REDUCE 0 = none (split s writes C rows s mod SPLIT), 1 = cluster shared memory, 2 = global + counter.
-RUNGS = (("pattern", 0, 0), ("A bf16", 1, 0), ("A compact", 2, 0), ("+ cluster sum", 1, 1), ("+ global sum", 1, 2))
+# (name, A_MODE, REDUCE, LOADS): A_MODE 0 = A once in all, 1 = bf16 per tile, 2 = compact per tile;
+# REDUCE 0 = none (split s writes C rows s mod SPLIT), 1 = cluster shared memory, 2 = global + counter;
+# LOADS: 16-byte loads each thread has in flight before it uses any.
+RUNGS = (("pattern", 0, 0, 4), ("pattern, 12 loads", 0, 0, 12), ("A bf16", 1, 0, 4), ("A compact", 2, 0, 4),
+         ("A compact, 12 loads", 2, 0, 12), ("+ cluster sum", 1, 1, 4), ("+ global sum", 1, 2, 4))
 
 SOURCE = r"""
 typedef unsigned int u32;
@@ -156,17 +159,17 @@ def check_geometry(m, n, k, bn, split):
                          "BN % 32 == 0, K % SPLIT == 0 and (K / SPLIT) % 256 == 0")
 
 
-def compile_options(n, k, bn, split, a_mode, reduce):
+def compile_options(n, k, bn, split, a_mode, reduce, loads=4):
     return (f"-DGN={n}", f"-DGK={k}", f"-DBN={bn}", f"-DKR={k // split}", f"-DSPLIT={split}", f"-DA_MODE={a_mode}",
-            f"-DREDUCE={reduce}", f"-DTHREADS={THREADS}", f"-DLOADS={LOADS_PER_THREAD}")
+            f"-DREDUCE={reduce}", f"-DTHREADS={THREADS}", f"-DLOADS={loads}")
 
 
-def make_runner(m, n, k, device, bn, split, a_mode, reduce):
+def make_runner(m, n, k, device, bn, split, a_mode, reduce, loads=4):
     """run(a, b_q, b_shuffle, b_scale_sh) -> a fresh C [m, n] (values without meaning; b_shuffle
     unused), called like the GEMM runners."""
     check_geometry(m, n, k, bn, split)
     device = runtime.normalize_device(device)
-    function = runtime.load_module(SOURCE, device, compile_options(n, k, bn, split, a_mode, reduce)).function(
+    function = runtime.load_module(SOURCE, device, compile_options(n, k, bn, split, a_mode, reduce, loads)).function(
         "read_gemm_tiles")
     shared = m * bn * 4 if reduce == 1 else 0
     if shared:
@@ -208,10 +211,11 @@ def main(argv=None):
     timer = bench.Timer(device)
     geometry = parse_geometry(args.geometry) if args.geometry else GEOMETRY
     rows = []
-    print("µs, median of", args.reps, "interleaved calls;", ", ".join(name for name, _, _ in RUNGS))
+    print("µs, median of", args.reps, "interleaved calls;", ", ".join(name for name, *_ in RUNGS))
     for (m, n, k), (bn, split) in geometry.items():
         runs = {"floor": floor_kernels.make_runner(m, n, k, device)}
-        runs.update({name: make_runner(m, n, k, device, bn, split, a_mode, reduce) for name, a_mode, reduce in RUNGS})
+        runs.update({name: make_runner(m, n, k, device, bn, split, a_mode, reduce, loads)
+                     for name, a_mode, reduce, loads in RUNGS})
         medians = cuda_lab.interleaved_medians(runs, cuda_lab.input_sets(m, n, k, device), args.reps, timer)
         rows.append({"shape": [m, n, k], "bn": bn, "split": split, "us": medians})
         print(f"{m}x{n}x{k} BN {bn} split {split}".ljust(34)
