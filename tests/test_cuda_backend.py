@@ -64,6 +64,10 @@ def test_builds_do_not_depend_on_m_and_plans_are_picked_per_m_class():
     # a listed shape lends its plan to its whole M class
     assert all(cuda_plans.plan_for_shape(m, 2880, 512) == cuda_plans.Plan(*PLANS[(4, 2880, 512)]) for m in range(1, 9))
     assert cuda_plans.plan_for_shape(17, 2880, 512) == cuda_plans.Plan(*PLANS[(32, 2880, 512)])
+    # large M outside the table: dequantize and cuBLAS; listed large-M shapes keep their plans
+    assert cuda_plans.plan_for_shape(4096, 7168, 2048) == cuda_plans.plan_for_shape(128, n, k) == cuda_plans.DequantPlan()
+    assert cuda_plans.plan_for_shape(256, 3072, 1536) == cuda_plans.Plan(*PLANS[(256, 3072, 1536)])
+    assert isinstance(cuda_plans.plan_for_shape(64, n, k), cuda_plans.Plan)
 
 
 @pytest.fixture
@@ -77,6 +81,7 @@ def test_candidates_start_with_the_table_plan_and_are_valid_distinct_mma_sync_pl
     assert everything[0] == cuda_plans.plan_for_shape(*shape) and len(set(everything)) == len(everything)
     plans = [p for p in everything if isinstance(p, cuda_plans.Plan)]  # pipe plans: tests/test_cuda_pipe.py
     assert 1 <= len(plans) <= cuda.MAX_CANDIDATES
+    assert everything.count(cuda_plans.DequantPlan()) == 1
     assert all(cuda_plans.is_valid(*shape, p) for p in plans), plans
     assert all(hash(p) is not None for p in plans)
     if shape[0] >= 16 and shape[1] >= 480:
@@ -90,6 +95,7 @@ def test_plan_labels_are_short_and_unique():
     assert len(labels) == len(plans)
     assert all(" " not in label and len(label) <= 20 for label in labels)
     assert cuda.plan_label(cuda_plans.Plan(32, 6, 2, 2, 1, 2, 2)) == "m32w6t2k2s1c2r2"
+    assert cuda.plan_label(cuda_plans.DequantPlan()) == "dq.cublas" and cuda.plan_family(cuda_plans.DequantPlan()) == "dq"
 
 
 # ---- GPU ---------------------------------------------------------------------------------------
@@ -124,6 +130,39 @@ def test_odd_shapes(m, n, k):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 17, 256, 1000])
+@pytest.mark.parametrize("n", [16, 48, 2880])
+@pytest.mark.parametrize("k", [64, 576, 7168])
+def test_dequant_plan_odd_shapes(m, n, k):
+    """Both operands to bf16 in one launch (grid-stride past 2112 CTAs at M 1000), then cuBLAS."""
+    if not _hopper():
+        pytest.skip("needs sm_90")
+    _check(m, n, k, plan=cuda_plans.DequantPlan(), seed=m + n + k)
+
+
+@pytest.mark.gpu
+def test_dequant_plan_in_a_captured_graph():
+    if not _hopper():
+        pytest.skip("needs sm_90")
+    shape = (256, 3072, 1536)
+    data = make_inputs(*shape, seed=21, device="cuda")
+    run = cuda.make_runner(*shape, torch.device("cuda"), cuda_plans.DequantPlan())
+    for _ in range(2):
+        run(data[0], data[2], data[3], data[4])
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run(data[0], data[2], data[3], data[4])
+    for replay in range(3):
+        fresh = make_inputs(*shape, seed=40 + replay, device="cuda")
+        for captured, new in zip(data, fresh):
+            captured.copy_(new)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_harness_close(out, reference_output(fresh))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("plan", [(8, 1, 1, 1, 1), (8, 2, 2, 2, 2), (16, 3, 1, 4, 8), (24, 1, 3, 2, 3),
                                   (64, 4, 2, 1, 4), (128, 2, 1, 1, 2),
                                   # v5: N tiles sharing A through the cluster (incl. padded tiles)
@@ -145,11 +184,12 @@ def _sm90():
 
 
 @pytest.mark.gpu
-def test_fresh_outputs_and_fresh_data():
+@pytest.mark.parametrize("plan", [None, ("dq",)], ids=["table", "dq"])
+def test_fresh_outputs_and_fresh_data(plan):
     if not _hopper():
         pytest.skip("needs sm_90")
     m, n, k = 16, 2112, 7168
-    run = cuda.make_runner(m, n, k, torch.device("cuda"))
+    run = cuda.make_runner(m, n, k, torch.device("cuda"), cuda_plans.plan_from_fields(plan) if plan else None)
     assert_fresh_outputs_and_fresh_data(run, m, n, k)
 
 
@@ -249,7 +289,8 @@ NON_FINITE_CASES = {"b_scale_nan", "b_byte_254"}
 _MMA_SYNC_EXTREME_PLANS = [((4, 2880, 512), PLANS[(4, 2880, 512)]), ((16, 2112, 7168), PLANS[(16, 2112, 7168)]),
                            ((64, 7168, 2048), PLANS[(64, 7168, 2048)]), ((256, 3072, 1536), PLANS[(256, 3072, 1536)]),
                            ((33, 480, 1600), (16, 2, 1, 2, 2, 2, 0))]
-EXTREME_PLANS = [(shape, None) for shape, _ in _MMA_SYNC_EXTREME_PLANS[:4]] + _MMA_SYNC_EXTREME_PLANS[4:]
+EXTREME_PLANS = ([(shape, None) for shape, _ in _MMA_SYNC_EXTREME_PLANS[:4]] + _MMA_SYNC_EXTREME_PLANS[4:]
+                 + [((33, 480, 1600), ("dq",)), ((256, 3072, 1536), ("dq",))])
 
 
 @pytest.mark.gpu
@@ -257,7 +298,7 @@ EXTREME_PLANS = [(shape, None) for shape, _ in _MMA_SYNC_EXTREME_PLANS[:4]] + _M
 def test_out_of_range_operands_match_the_reference(shape, plan):
     if not _sm90():
         pytest.skip("needs sm_90")
-    plan = cuda_plans.Plan(*plan) if plan else None
+    plan = cuda_plans.plan_from_fields(plan) if plan else None
     assert plan is None or cuda_plans.is_valid(*shape, plan)
     run = cuda.make_runner(*shape, torch.device("cuda"), plan)
     for case in EXTREME_CASES:

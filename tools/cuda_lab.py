@@ -8,14 +8,15 @@ repetition by repetition so drift hits them alike, medians.
     python3 tools/cuda_lab.py host [--calls 2000]
         Eager host cost per call, back to back without flush: custom_kernel (validation + dispatch +
         launch) vs the bare runner vs one torch.mm of the same size.
-    python3 tools/cuda_lab.py pipe [--max-plans 8] [--plans "M,N,K:pipe,... ..."]
-        The pipe plans (backends/cuda/mxfp4_gemm_sm90_pipe.cu) of each shape against the table's plan
-        and cuBLAS bf16 on pre-dequantized operands (bf16_matmul); every plan checked once.
+    python3 tools/cuda_lab.py plans [--max-plans 8] [--plans "M,N,K:PLAN ..."]
+        Plans of each shape (default: its pipe plans, backends/cuda/mxfp4_gemm_sm90_pipe.cu) against
+        the table's plan and cuBLAS bf16 on pre-dequantized operands (bf16_matmul); every plan checked
+        once.
     python3 tools/cuda_lab.py once 16,2112,7168 [--plan PLAN]
         One call of one shape, for a profiler: ncu -k mxfp4_gemm -c 1 python3 tools/cuda_lab.py once ...
 
 Shapes default to the 6 benchmark shapes and plans to the table's; a PLAN is the cuda Plan's
-fields, comma-separated (e.g. 64,8,1,1,2,4,0), or a PipePlan's (e.g. pipe,256,64,4,64,9,1). Every
+fields, comma-separated (e.g. 64,8,1,1,2,4,0), a PipePlan's (e.g. pipe,256,64,4,64,9,1) or dq. Every
 subcommand takes --reps and --out FILE.json. The timing builds of the kernels (phase timelines,
 ablations, option sets) are at the tag cuda-lab-2026-12-04.
 """
@@ -47,11 +48,10 @@ def parse_shape(text):
 
 
 def parse_plan(text):
-    """A cuda Plan from '64,8,1,1,2,4,0', a PipePlan from 'pipe,256,64,4,64,9,1'."""
+    """A cuda Plan from '64,8,1,1,2,4,0', a PipePlan from 'pipe,256,64,4,64,9,1', the DequantPlan from 'dq'."""
     fields = text.split(",")
-    if fields[0] == cuda_plans.PIPE:
-        return cuda_plans.PipePlan(fields[0], *map(int, fields[1:]))
-    return cuda_plans.Plan(*map(int, fields))
+    return cuda_plans.plan_from_fields([fields[0]] + [int(v) for v in fields[1:]] if not fields[0].isdigit()
+                                       else [int(v) for v in fields])
 
 
 def parse_work(shapes, plans):
@@ -165,7 +165,7 @@ def host(args, device, timer):
     write_json(args.out, {"device": torch.cuda.get_device_name(device), "rows": rows})
 
 
-def pipe_work(args, device):
+def plans_work(args, device):
     """[(shape, pipe plans)]: --plans grouped by shape, else each shape's first --max-plans offers."""
     if args.plans:
         work = {}
@@ -176,10 +176,10 @@ def pipe_work(args, device):
             for (m, n, k), _ in parse_work(args.shapes, "")]
 
 
-def pipe(args, device, timer):
-    """Pipe plans vs the table's plan vs bf16_matmul, interleaved, per shape (sm_90 only)."""
+def plans(args, device, timer):
+    """Plans (default: the pipe plans) vs the table's plan vs bf16_matmul, interleaved, per shape."""
     rows, totals = [], {}
-    for (m, n, k), plans in pipe_work(args, device):
+    for (m, n, k), plans in plans_work(args, device):
         case = bench.Case(m, n, k, 100, POOL, device)
         with concurrent.futures.ThreadPoolExecutor(4) as pool:  # NVRTC runs outside the GIL
             list(pool.map(lambda plan: cuda.build(m, n, k, device, plan), plans))
@@ -194,10 +194,11 @@ def pipe(args, device, timer):
             for name, call in calls.items():
                 samples[name].append(timer.time_us(lambda: call(rep % POOL))[1])
         medians = {name: statistics.median(values) for name, values in samples.items()}
-        best_pipe = min((us for name, us in medians.items() if name.startswith("p.") and correct[name]), default=None)
+        offered = {cuda.plan_label(plan) for plan in plans}
+        best = min((us for name, us in medians.items() if name in offered and correct[name]), default=None)
         for key, us in (("table", next(us for name, us in medians.items() if name.startswith("table"))),
-                        ("best pipe", best_pipe), ("bf16_matmul", medians["bf16_matmul"])):
-            if us is not None:  # (no correct pipe plan: the geomean of "best pipe" covers fewer shapes)
+                        ("best offered", best), ("bf16_matmul", medians["bf16_matmul"])):
+            if us is not None:  # (no correct plan: the geomean of "best offered" covers fewer shapes)
                 totals.setdefault(key, []).append(us)
         rows.append({"shape": [m, n, k], "us": medians, "correct": correct})
         print(f"{m}x{n}x{k}", flush=True)
@@ -231,7 +232,7 @@ def parser():
     commands = {
         "ab": (ab, "this kernel source against another version"),
         "host": (host, "eager host cost per call"),
-        "pipe": (pipe, "pipe plans vs the table plan vs bf16_matmul"),
+        "plans": (plans, "plans (default: pipe plans) vs the table plan vs bf16_matmul"),
         "once": (once, "one call of one shape (for a profiler)"),
     }
     for name, (function, text) in commands.items():
@@ -239,7 +240,7 @@ def parser():
         command.set_defaults(function=function)
     sub.choices["ab"].add_argument("before", help="the other kernel source file")
     sub.choices["host"].add_argument("--calls", type=int, default=2000)
-    sub.choices["pipe"].add_argument("--max-plans", type=int, default=8, help="pipe plans per shape")
+    sub.choices["plans"].add_argument("--max-plans", type=int, default=8, help="pipe plans per shape")
     sub.choices["once"].add_argument("shape", help="M,N,K")
     sub.choices["once"].add_argument("--plan", help="PLAN fields (default: the table's)")
     return top

@@ -102,7 +102,7 @@ def plan_builds(kernel: str, shapes: str) -> list:
         else:  # the table's plan and the cost model's first candidates
             plans = [cuda_plans.plan_for_shape(m, n, k)] + cuda_plans.ranked_plans(m, n, k, limit=8)
         for plan in plans:
-            source = cuda.PIPE_SOURCE if isinstance(plan, cuda_plans.PipePlan) else cuda.SOURCE
+            source = cuda._source(plan)
             arch = "sm_90" if isinstance(plan, cuda_plans.Plan) else "sm_90a"
             builds[(source, cuda_plans.compile_options(n, k, plan), arch)] = None
     return list(builds)

@@ -1,6 +1,7 @@
 """CUDA backend (Hopper, sm_90+): one launch of `mxfp4_gemm_sm90.cu` (beside this file) per call, or,
 for a PipePlan (sm_90a), of `mxfp4_gemm_sm90_pipe.cu` (chunk-pipelined wgmma, both operands from
-shared memory). Plans, their geometry and cost models are in `plans.py`.
+shared memory), or, for the DequantPlan, `mxfp4_dequant_sm90.cu` (both operands to bf16, exactly)
+followed by one cuBLAS bf16 GEMM. Plans, their geometry and cost models are in `plans.py`.
 
 The kernel quantizes A itself, reads B codes once from B_q and B scales from the shuffled
 B_scale_sh, runs bf16 tensor-core MMAs with the scales folded into the operands, and sums split-K
@@ -16,12 +17,13 @@ import torch
 
 from ... import runtime
 from ...kernels import read_source
-from .plans import (PipePlan, Plan, chunks, compile_options, grid, is_valid, pipe_plans, pipe_threads,
-                    plan_for_shape, ranked_plans, smem_bytes)
+from .plans import (DEQUANT_THREADS, DequantPlan, PipePlan, Plan, chunks, compile_options, grid, is_valid,
+                    pipe_plans, pipe_threads, plan_for_shape, ranked_plans, smem_bytes)
 
 NAME = "cuda"
 SOURCE = "mxfp4_gemm_sm90.cu"
 PIPE_SOURCE = "mxfp4_gemm_sm90_pipe.cu"
+DEQUANT_SOURCE = "mxfp4_dequant_sm90.cu"
 _MAX_DYNAMIC_SHARED_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 MAX_GRID_Z = 65535  # the grid's M tiles run along z
 
@@ -58,6 +60,8 @@ def _candidates(m, n, k, units, pipe):
     first = plan_for_shape(m, n, k, units)
     plans = [first] + [plan for plan in ranked_plans(m, n, k, units, MAX_CANDIDATES) if plan != first]
     plans = plans[:MAX_CANDIDATES]
+    if DequantPlan() != first:
+        plans.append(DequantPlan())
     if pipe:
         plans += [plan for plan in pipe_plans(m, n, k, units, PIPE_CANDIDATES) if plan != first]
     return plans
@@ -74,9 +78,9 @@ def offers_pipe(device: torch.device) -> bool:
 
 
 def candidates(m: int, n: int, k: int, device: torch.device) -> list:
-    """The plan `plan_for` picks; then the cost model's ranking of the mma.sync plan grid; then, where
-    `offers_pipe`, up to PIPE_CANDIDATES pipe plans by their cost model (last: 2-6 µs slower than
-    the table on the H200, notes/cuda.md). No compilation."""
+    """The plan `plan_for` picks; then the cost model's ranking of the mma.sync plan grid; then the
+    DequantPlan; then, where `offers_pipe`, up to PIPE_CANDIDATES pipe plans by their cost model (2-6
+    µs slower than the table on the H200, notes/cuda.md). No compilation."""
     return list(_candidates(m, n, k, compute_units(device), offers_pipe(device)))
 
 
@@ -84,7 +88,9 @@ def plan_label(plan) -> str:
     """E.g. "m32w6t2k2s1c2r2": rows of M, warps along N, tiles per warp, warps along K, split-K,
     then cn and ring where they differ from their defaults. A pipe plan:
     "p.n128.m256.s4.k64.q4" (rows of N and M per CTA, split-K, K per chunk, stages), then ".w1" for
-    copy warps where there are any."""
+    copy warps where there are any. The DequantPlan: "dq.cublas"."""
+    if isinstance(plan, DequantPlan):
+        return "dq.cublas"
     if isinstance(plan, PipePlan):
         label = f"p.n{plan.bn}.m{plan.bm}.s{plan.split_k}.k{plan.kc}.q{plan.stages}"
         return label + (f".w{plan.cw}" if plan.cw else "")
@@ -94,15 +100,20 @@ def plan_label(plan) -> str:
 
 def plan_family(plan) -> str:
     """Plans sharing code paths: the kernel, and whether partials are summed (split-K)."""
+    if isinstance(plan, DequantPlan):
+        return "dq"
     if isinstance(plan, PipePlan):
         return "pipe" + (".sk" if plan.split_k > 1 else "")
     return "mma" + (".sk" if plan.split_k > 1 else "")
 
 
+def _source(plan) -> str:
+    return PIPE_SOURCE if isinstance(plan, PipePlan) else DEQUANT_SOURCE if isinstance(plan, DequantPlan) else SOURCE
+
+
 def build(m: int, n: int, k: int, device: torch.device, plan) -> None:
     """Compile the plan's kernel into the disk cache (a build worker's job; nothing is loaded)."""
-    source = PIPE_SOURCE if isinstance(plan, PipePlan) else SOURCE
-    runtime.build_code(read_source(source), runtime.normalize_device(device), compile_options(n, k, plan),
+    runtime.build_code(read_source(_source(plan)), runtime.normalize_device(device), compile_options(n, k, plan),
                        compile_target(device, plan))
 
 
@@ -111,7 +122,7 @@ def build(m: int, n: int, k: int, device: torch.device, plan) -> None:
 def compile_target(device: torch.device, plan) -> str:
     """The compile target for `plan`: the device's own, or sm_90a for pipe plans (that target runs
     only on sm_90 GPUs)."""
-    if isinstance(plan, Plan):
+    if not isinstance(plan, PipePlan):
         return runtime.kernel_arch(device)
     if torch.cuda.get_device_capability(device) != (9, 0):
         raise ValueError(f"cuda: pipe plan {plan} needs an sm_90 GPU")
@@ -120,8 +131,8 @@ def compile_target(device: torch.device, plan) -> str:
 
 def _module(n, k, device, plan):
     """The kernel built for (N, K, plan): one build serves every M."""
-    source = PIPE_SOURCE if isinstance(plan, PipePlan) else SOURCE
-    return runtime.load_module(read_source(source), device, compile_options(n, k, plan), compile_target(device, plan))
+    return runtime.load_module(read_source(_source(plan)), device, compile_options(n, k, plan),
+                               compile_target(device, plan))
 
 
 def _entry_and_block(plan):
@@ -135,6 +146,8 @@ def make_launcher(m: int, n: int, k: int, device: torch.device, plan):
     """launch(a, b_q, b_scale_sh, out): one kernel launch writing out [m, n]."""
     if not is_valid(m, n, k, plan):
         raise ValueError(f"cuda: invalid plan {plan} for M={m} N={n} K={k}")
+    if isinstance(plan, DequantPlan):
+        return _dequant_launcher(m, n, k, runtime.normalize_device(device), plan)
     name, block = _entry_and_block(plan)
     dims = grid(m, n, plan)
     if dims[2] > MAX_GRID_Z:
@@ -149,6 +162,22 @@ def make_launcher(m: int, n: int, k: int, device: torch.device, plan):
 
     def run(a, b_q, b_scale_sh, out):
         launch(dims, block, shared, a, b_q, b_scale_sh, out, m)
+
+    return run
+
+
+def _dequant_launcher(m, n, k, device, plan):
+    """launch(a, b_q, b_scale_sh, out) for the DequantPlan: the operands to bf16 in buffers of this call,
+    then torch.mm into `out`, both on the current queue. cuBLAS accumulates in fp32; the bf16 operands
+    are the reference's fp32 values exactly."""
+    dequantize = _module(n, k, device, plan).function("mxfp4_dequantize_operands").launcher("pppppii")
+    dims = grid(m, n, plan, k)
+
+    def run(a, b_q, b_scale_sh, out):
+        a_bf16 = torch.empty((m, k), dtype=torch.bfloat16, device=a.device)
+        b_bf16 = torch.empty((n, k), dtype=torch.bfloat16, device=a.device)
+        dequantize(dims, (DEQUANT_THREADS, 1, 1), 0, a, b_q, b_scale_sh, a_bf16, b_bf16, m, n)
+        torch.mm(a_bf16, b_bf16.t(), out=out)
 
     return run
 

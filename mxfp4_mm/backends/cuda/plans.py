@@ -1,5 +1,6 @@
-"""Plans for the CUDA backend: the Plan type of mxfp4_gemm_sm90.cu and the PipePlan type of
-mxfp4_gemm_sm90_pipe.cu (both beside this file), their geometry rules (they mirror the constexprs at the top of
+"""Plans for the CUDA backend: the Plan type of mxfp4_gemm_sm90.cu, the PipePlan type of
+mxfp4_gemm_sm90_pipe.cu and the DequantPlan of mxfp4_dequant_sm90.cu + cuBLAS (all beside this file),
+their geometry rules (they mirror the constexprs at the top of
 the kernels), the cost models, and the table by (M, N, K), whose entries may be of either type.
 
 Pure data and arithmetic: nothing here imports a backend (the backend, `__init__.py`, imports this module).
@@ -27,6 +28,11 @@ Plan = collections.namedtuple("Plan", "bm wn nt wk split_k cn ring", defaults=(1
 # only issue the copies (0: every thread does).
 PipePlan = collections.namedtuple("PipePlan", "kind bn bm split_k kc stages cw", defaults=(64, 4, 0))
 PIPE = "pipe"
+# Both operands dequantized to bf16 by mxfp4_dequant_sm90.cu, then one cuBLAS bf16 GEMM (torch.mm):
+# two launches and N*K*2 bytes of bf16 B per call, for shapes where the MMAs dominate. kind: "dq".
+DequantPlan = collections.namedtuple("DequantPlan", "kind", defaults=("dq",))
+DEQUANT = "dq"
+DEQUANT_THREADS = 256
 PIPE_BNS = (64, 128, 192, 256)
 PIPE_BMS = (16, 32, 64, 128, 256)  # the wgmma n sizes of the "SS" wrappers in wgmma_sm90a.h
 PIPE_KCS = (64, 128)
@@ -58,6 +64,8 @@ def chunks_per_warp(k: int, plan: Plan) -> int:
 
 
 def smem_bytes(m: int, n: int, k: int, plan) -> int:
+    if isinstance(plan, DequantPlan):
+        return 0
     if isinstance(plan, PipePlan):
         return pipe_smem_bytes(plan)
     threads = plan.wn * plan.wk * 32
@@ -72,7 +80,9 @@ def smem_bytes(m: int, n: int, k: int, plan) -> int:
     return max(b + a + s, partial)
 
 
-def grid(m: int, n: int, plan):
+def grid(m: int, n: int, plan, k: int = 0):
+    if isinstance(plan, DequantPlan):  # one thread per 32-value block of B and A (grid-stride beyond)
+        return (max(1, min(-(-(m + n) * (k // 32) // DEQUANT_THREADS), 132 * 16)), 1, 1)
     if isinstance(plan, PipePlan):
         return (-(-n // plan.bn), plan.split_k, -(-m // plan.bm))
     n_tiles, m_tiles = -(-n // (plan.wn * plan.nt * 16)), -(-m // plan.bm)
@@ -82,6 +92,8 @@ def grid(m: int, n: int, plan):
 
 
 def is_valid(m: int, n: int, k: int, plan) -> bool:
+    if isinstance(plan, DequantPlan):
+        return plan.kind == DEQUANT
     if isinstance(plan, PipePlan):
         return pipe_is_valid(m, n, k, plan)
     threads = plan.wn * plan.wk * 32
@@ -95,6 +107,8 @@ def is_valid(m: int, n: int, k: int, plan) -> bool:
 
 def compile_options(n: int, k: int, plan) -> tuple:
     """The kernel's -D flags: N, K and the plan (not M, which the launch passes)."""
+    if isinstance(plan, DequantPlan):
+        return (f"-DGK={k}",)
     if isinstance(plan, PipePlan):
         values = dict(GN=n, GK=k, BN=plan.bn, BM=plan.bm, SPLITK=plan.split_k, KC=plan.kc, STAGES=plan.stages)
         if plan.cw:
@@ -155,12 +169,28 @@ def table_plan(m: int, n: int, k: int):
         listed = PLANS[(max(same_class), n, k)] if same_class else None
     if listed is None:
         return None
-    return PipePlan(*listed) if listed[0] == PIPE else Plan(*listed)
+    return plan_from_fields(listed)
+
+
+def plan_from_fields(fields):
+    """A plan from its fields as a table lists them: the first field tells the plan types apart."""
+    if fields[0] == DEQUANT:
+        return DequantPlan(*fields)
+    return PipePlan(*fields) if fields[0] == PIPE else Plan(*fields)
+
+
+# From this M class up, a shape the table does not list takes the DequantPlan: the mma.sync plans
+# there are 1.9-11x slower than it on the H200 (M 128-4096, notes/cuda.md).
+DEQUANT_FROM_M = 128
 
 
 def plan_for_shape(m: int, n: int, k: int, compute_units: int = 132):
-    """The table's plan for m's class, else the cost model's for the top of the class."""
-    return table_plan(m, n, k) or general_plan(m_class(m), n, k, compute_units)
+    """The table's plan for m's class; else, from M class DEQUANT_FROM_M, the DequantPlan; else the
+    cost model's mma.sync plan for the top of the class."""
+    listed = table_plan(m, n, k)
+    if listed is not None:
+        return listed
+    return DequantPlan() if m_class(m) >= DEQUANT_FROM_M else general_plan(m_class(m), n, k, compute_units)
 
 
 # Base plans of the wide grid (the cost model ranks them), then their (cn, ring) variants in the
