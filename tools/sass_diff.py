@@ -76,7 +76,8 @@ def build_sass(source: Path, options: tuple, arch: str, work: Path, tool: str) -
 
 def compare_builds(before_dir: Path, after_dir: Path, builds, jobs: int = 4) -> list:
     """[(source name, options, arch, before instructions, after instructions)] for each build
-    (source name, options, arch) of the kernel sources in the two directories."""
+    (source name, options, arch) of the kernel sources in the two directories; before is None where the
+    source is new."""
     tool = cuobjdump()
     with tempfile.TemporaryDirectory(prefix="sass_diff_") as tmp, \
             concurrent.futures.ThreadPoolExecutor(jobs) as pool:
@@ -84,8 +85,8 @@ def compare_builds(before_dir: Path, after_dir: Path, builds, jobs: int = 4) -> 
 
         def one(build):
             name, options, arch = build
-            return (name, options, arch, build_sass(before_dir / name, options, arch, work, tool),
-                    build_sass(after_dir / name, options, arch, work, tool))
+            old = build_sass(before_dir / name, options, arch, work, tool) if (before_dir / name).exists() else None
+            return (name, options, arch, old, build_sass(after_dir / name, options, arch, work, tool))
 
         return list(pool.map(one, builds))
 
@@ -103,7 +104,7 @@ def plan_builds(kernel: str, shapes: str) -> list:
             plans = [cuda_plans.plan_for_shape(m, n, k)] + cuda_plans.ranked_plans(m, n, k, limit=8)
         for plan in plans:
             source = cuda._source(plan)
-            arch = "sm_90" if isinstance(plan, cuda_plans.Plan) else "sm_90a"
+            arch = "sm_90a" if isinstance(plan, cuda_plans.PipePlan) else "sm_90"
             builds[(source, cuda_plans.compile_options(n, k, plan), arch)] = None
     return list(builds)
 
@@ -143,13 +144,16 @@ def main(argv=None):
         export_revision(args.before, Path(before))
         export_working_tree(Path(after))
         results = compare_builds(Path(before), Path(after), builds, jobs=min(8, os.cpu_count() or 1))
-    differ = 0
+    differ = new_builds = 0
     for name, options, arch, old, new in results:
         same = old == new
-        differ += not same
-        verdict = "identical" if same else f"differs ({len(old)} -> {len(new)} instructions)"
+        new_builds += old is None
+        differ += not same and old is not None
+        verdict = ("new (no such source before)" if old is None else "identical" if same
+                   else f"differs ({len(old)} -> {len(new)} instructions)")
         print(f"{name} {arch} {' '.join(options)}: {verdict}")
-    print(f"sass_diff: {len(results) - differ} identical, {differ} differ, of {len(results)} builds")
+    print(f"sass_diff: {len(results) - differ - new_builds} identical, {differ} differ, {new_builds} new, "
+          f"of {len(results)} builds")
     return 1 if differ and args.fail_on_diff else 0
 
 
