@@ -179,8 +179,8 @@ def plan_from_fields(fields):
     return PipePlan(*fields) if fields[0] == PIPE else Plan(*fields)
 
 
-# From this M class up, a shape the table does not list takes the DequantPlan: the mma.sync plans
-# there are 1.9-11x slower than it on the H200 (M 128-4096, notes/cuda.md).
+# From this M class up, a shape the table does not list takes the DequantPlan: the cost model's
+# mma.sync plans there were 1.1-11x slower than it on the H200 (11 shapes, M 128-4096, notes/cuda.md).
 DEQUANT_FROM_M = 128
 
 
