@@ -49,9 +49,7 @@ def parse_shape(text):
 
 def parse_plan(text):
     """A cuda Plan from '64,8,1,1,2,4,0', a PipePlan from 'pipe,256,64,4,64,9,1', the DequantPlan from 'dq'."""
-    fields = text.split(",")
-    return cuda_plans.plan_from_fields([fields[0]] + [int(v) for v in fields[1:]] if not fields[0].isdigit()
-                                       else [int(v) for v in fields])
+    return cuda_plans.plan_from_fields([int(v) if v.isdigit() else v for v in text.split(",")])
 
 
 def parse_work(shapes, plans):
@@ -166,7 +164,7 @@ def host(args, device, timer):
 
 
 def plans_work(args, device):
-    """[(shape, pipe plans)]: --plans grouped by shape, else each shape's first --max-plans offers."""
+    """[(shape, plans)]: --plans grouped by shape, else each shape's first --max-plans pipe plans."""
     if args.plans:
         work = {}
         for shape, plan in parse_work("", args.plans):

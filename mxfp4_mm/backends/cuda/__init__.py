@@ -17,8 +17,8 @@ import torch
 
 from ... import runtime
 from ...kernels import read_source
-from .plans import (DEQUANT_THREADS, DequantPlan, PipePlan, Plan, chunks, compile_options, grid, is_valid,
-                    pipe_plans, pipe_threads, plan_for_shape, ranked_plans, smem_bytes)
+from .plans import (DEQUANT_THREADS, DequantPlan, PipePlan, Plan, chunks, compile_options, dequant_grid, grid,
+                    is_valid, pipe_plans, pipe_threads, plan_for_shape, ranked_plans, smem_bytes)
 
 NAME = "cuda"
 SOURCE = "mxfp4_gemm_sm90.cu"
@@ -171,7 +171,7 @@ def _dequant_launcher(m, n, k, device, plan):
     then torch.mm into `out`, both on the current queue. cuBLAS accumulates in fp32; the bf16 operands
     are the reference's fp32 values exactly."""
     dequantize = _module(n, k, device, plan).function("mxfp4_dequantize_operands").launcher("pppppii")
-    dims = grid(m, n, plan, k)
+    dims = dequant_grid(m, n, k, compute_units(device))
 
     def run(a, b_q, b_scale_sh, out):
         a_bf16 = torch.empty((m, k), dtype=torch.bfloat16, device=a.device)

@@ -1,7 +1,7 @@
 """Plans for the CUDA backend: the Plan type of mxfp4_gemm_sm90.cu, the PipePlan type of
 mxfp4_gemm_sm90_pipe.cu and the DequantPlan of mxfp4_dequant_sm90.cu + cuBLAS (all beside this file),
 their geometry rules (they mirror the constexprs at the top of
-the kernels), the cost models, and the table by (M, N, K), whose entries may be of either type.
+the kernels), the cost models, and the table by (M, N, K), whose entries may be of any of these types.
 
 Pure data and arithmetic: nothing here imports a backend (the backend, `__init__.py`, imports this module).
 A kernel build serves every M (M is a launch argument), and plans are picked per M class
@@ -80,15 +80,19 @@ def smem_bytes(m: int, n: int, k: int, plan) -> int:
     return max(b + a + s, partial)
 
 
-def grid(m: int, n: int, plan, k: int = 0):
-    if isinstance(plan, DequantPlan):  # one thread per 32-value block of B and A (grid-stride beyond)
-        return (max(1, min(-(-(m + n) * (k // 32) // DEQUANT_THREADS), 132 * 16)), 1, 1)
+def grid(m: int, n: int, plan):
     if isinstance(plan, PipePlan):
         return (-(-n // plan.bn), plan.split_k, -(-m // plan.bm))
     n_tiles, m_tiles = -(-n // (plan.wn * plan.nt * 16)), -(-m // plan.bm)
     if plan.cn > 1:  # 1-D clusters of cn N tiles x split_k along x (tiles padded to cn)
         return (-(-n_tiles // plan.cn) * plan.cn * plan.split_k, 1, m_tiles)
     return (n_tiles, plan.split_k, m_tiles)
+
+
+def dequant_grid(m: int, n: int, k: int, compute_units: int = 132):
+    """The DequantPlan kernel's grid: a thread per 32-value block of B and A, at most 16 CTAs per SM
+    (the kernel strides over the rest)."""
+    return (max(1, min(-(-(m + n) * (k // 32) // DEQUANT_THREADS), 16 * compute_units)), 1, 1)
 
 
 def is_valid(m: int, n: int, k: int, plan) -> bool:
