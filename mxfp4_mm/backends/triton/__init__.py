@@ -1,6 +1,8 @@
 """Triton backend: one `tl.dot_scaled` kernel launch per call, A quantized inside the kernel.
 
-Portable fallback: native scaled MFMA on gfx950, emulated (fp4 -> bf16 MMA) on Hopper.
+Portable fallback: native scaled MFMA on gfx950, emulated (fp4 -> bf16 MMA) on Hopper; on NVIDIA the
+candidates also hold "folded" plans (both operands as exact bf16 values into a plain bf16 dot: wgmma
+on Hopper from 64 rows up).
 Plans come from `plans.py` (beside this file; the kernels are in `kernels.py`) per kernel arch and shape (gfx950: AMD's tuned
 `gemm_a16wfp4` figures), else from `general_plan`; `candidates` lists the plans worth timing.
 The split-K workspace and per-tile counters come from `scratch.split_k_workspace`, one per
@@ -44,9 +46,9 @@ def fits(plan: Plan, n: int, k: int) -> bool:
 def plan_label(plan: Plan) -> str:
     """e.g. "m16n128k512w4s1.sk4.e2.g1.cg.shuffled": tile, warps, stages, split-K, waves per EU,
     group size, cache modifier, B layout; then ".hw" (".emu") where A goes through the hardware
-    convert (its emulation)."""
+    convert (its emulation), ".fold" for a folded plan."""
     cache = plan.cache_modifier.lstrip(".") or "ca"
-    convert = {"arithmetic": "", "hardware": ".hw", "emulated": ".emu"}[plan.a_convert]
+    convert = {"arithmetic": "", "hardware": ".hw", "emulated": ".emu", "folded": ".fold"}[plan.a_convert]
     return (f"m{plan.block_m}n{plan.block_n}k{plan.block_k}w{plan.num_warps}s{plan.num_stages}.sk{plan.split_k}"
             f".e{plan.waves_per_eu}.g{plan.group_size_m}.{cache}.{plan.b_layout}{convert}")
 
@@ -74,14 +76,15 @@ def candidates_for_arch(m: int, n: int, k: int, arch: str, compute_units: int):
     """Every plan for the shape on this arch, prior first; no compilation."""
     listed = _table_plan(m, n, k, arch)
     first = listed if listed is not None else _general_plan(m, n, k, arch, compute_units)
-    plans = [first] + triton_plans.variations(m, n, k, arch, first)
+    plans = [first] + triton_plans.variations(m, n, k, arch, first, compute_units)
     return list(dict.fromkeys(p for p in plans if fits(p, n, k)))
 
 
 # B layouts whose kernels have passed compute-sanitizer memcheck on odd shapes (H200, 2026-12-03,
 # tools/sanitize_kernels.py; both arches' plans, the gfx950 hardware-convert ones with the convert
 # emulated: the same loads). A faulting kernel takes the whole process down on AMD GPUs, so the
-# tuner is offered only these.
+# tuner is offered only these. The folded plans read with the same loads (A as the convert's bf16
+# pairs, B through the same layout code) and are offered on NVIDIA only.
 MEMCHECKED_LAYOUTS = ("gather", "vector", "shuffled")
 
 

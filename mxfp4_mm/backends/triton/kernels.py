@@ -5,6 +5,9 @@
 format.md §2, the same device functions as `quantize_kernel`; arithmetically, or on gfx950 with its
 hardware fp4 convert: A_CONVERT below), loads B's packed codes and scales, and accumulates with
 `tl.dot_scaled` (native `v_mfma_scale_f32_16x16x128_f8f6f4` on gfx950, emulated through bf16 on Hopper).
+With A_CONVERT == A_FOLDED it makes no codes: both operands become their exact values in bf16
+(`_fold_a`, `_fold_b`; A times 2^63, B times 2^-63, so every product is the spec's) and meet in one
+plain bf16 `tl.dot`, which Triton lowers to wgmma on Hopper from 64 rows up.
 
 B comes in one of three layouts (constexpr B_LAYOUT):
 - GATHER: codes from B_q, scales gathered byte by byte from the shuffled tensor with the format.md §3
@@ -97,6 +100,10 @@ def quantize_mxfp4_tile(x, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
 A_ARITHMETIC = tl.constexpr(0)
 A_HARDWARE = tl.constexpr(1)
 A_EMULATED = tl.constexpr(2)
+# A_FOLDED: no codes at all. Both operands become their exact dequantized values in bf16 (A as
+# dequant(quant(A)), _fold_a; B as code x scale) and meet in a plain bf16 tl.dot with fp32
+# accumulation, which Triton lowers to wgmma on Hopper (dot_scaled there goes to mma.sync).
+A_FOLDED = tl.constexpr(3)
 
 
 @triton.jit
@@ -144,6 +151,71 @@ def quantize_mxfp4_pairs(pairs, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, A_
     per_pair = tl.reshape(tl.broadcast_to(scale[:, :, None], (BLOCK_M, BLOCK_K // 32, 16)), (BLOCK_M, BLOCK_K // 2))
     codes = _cvt_scalef32_pk_fp4_bf16(pairs, per_pair, A_CONVERT)
     return codes.to(tl.uint8), (e + 127).to(tl.uint8)
+
+
+@triton.jit
+def _round_folded_half(bits, exponent_field, limit):
+    """One half of A's bf16 pairs ([BLOCK_M, BLOCK_K/32, 16] bf16 bits moved to the top of an int32)
+    -> dequant(quant(x)) x 2^63 as float32, rounded at x's own scale: the e2m1 grid scaled by 2^e
+    steps by 2^(b-1) in x's binade b, and by 2^(e-1) below 2^e. (x + magic) - magic with
+    magic = 1.5 x 2^(max(b, e) + 22), whose fp32 ulp is that step, rounds to nearest even as
+    format.md §2 asks (symmetric in the sign: magic is an even number of steps); then clamped to
+    +-6 x 2^e (`limit`) and times 2^63 (exact: the values have two significant bits; from e = 63 up,
+    6 x 2^e x 2^63 overflows). exponent_field is (e + 127) << 23."""
+    x = bits.to(tl.float32, bitcast=True)
+    magic = (tl.maximum(bits & 0x7F800000, exponent_field) + 0x0B400000).to(tl.float32, bitcast=True)
+    rounded = (x + magic) - magic
+    return tl.minimum(tl.maximum(rounded, -limit), limit) * 9.223372036854775808e18  # 2^63
+
+
+@triton.jit
+def _fold_a(pairs, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """A as int32 bf16 pairs [BLOCK_M, BLOCK_K/2] (element 2j in the low half) -> (even, odd):
+    bf16 [BLOCK_M, BLOCK_K/2] each, the values of elements 2j and 2j+1 as
+    dequant(quant(A)) x 2^63 (exact up to block exponent 62, scale byte 189; the kernel takes its
+    exact fallback above), and the scale bytes uint8 [BLOCK_M, BLOCK_K/32]. No codes are made
+    (A_FOLDED)."""
+    magnitude = tl.maximum(pairs & 0x7FFF, (pairs >> 16) & 0x7FFF)  # bf16 patterns: NaN above inf
+    amax = tl.minimum(tl.max(tl.reshape(magnitude, (BLOCK_M, BLOCK_K // 32, 16)), axis=2), 0x7F80)
+    e = _exponent_of_amax(amax << 16)
+    exponent_field = ((e + 127) << 23)[:, :, None]
+    limit = (((tl.minimum(e, 125) + 129) << 23) | 0x400000).to(tl.float32, bitcast=True)[:, :, None]  # 6 x 2^e
+    blocks = tl.reshape(pairs, (BLOCK_M, BLOCK_K // 32, 16))
+    even = _round_folded_half(blocks << 16, exponent_field, limit)
+    odd = _round_folded_half(blocks & -65536, exponent_field, limit)
+    return (tl.reshape(even, (BLOCK_M, BLOCK_K // 2)).to(tl.bfloat16),
+            tl.reshape(odd, (BLOCK_M, BLOCK_K // 2)).to(tl.bfloat16), (e + 127).to(tl.uint8))
+
+
+@triton.jit
+def _folded_nibbles(nibbles, multiplier):
+    """4-bit codes (int32 [ROWS, COLS/32, 16]) -> bf16 e2m1 x 2^(s-190): the nibble placed as fp32
+    bits (sign << 31 | code << 22 is e2m1 x 2^-126, code 1 a subnormal) times the block's
+    multiplier 2^(s-64), exact in fp32, then exact in bf16 for scale bytes 65..191 (and 0: values
+    below any tolerance)."""
+    bits = ((nibbles & 7) << 22) | ((nibbles & 8) << 28)
+    return (bits.to(tl.float32, bitcast=True) * multiplier).to(tl.bfloat16)
+
+
+@triton.jit
+def _fold_b(codes, scales, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """B's packed codes uint8 [ROWS, COLS/2] and scale bytes [ROWS, COLS/32] -> (low, high): bf16
+    [ROWS, COLS/2] each, elements 2j and 2j+1 (low and high nibbles) as e2m1 x 2^(s-127) x 2^-63,
+    so that A's 2^63 cancels in every product; the multiplier is inf from byte 192 up."""
+    blocks = tl.reshape(codes.to(tl.int32), (ROWS, COLS // 32, 16))
+    multiplier = ((tl.minimum(scales.to(tl.int32), 192) + 63) << 23).to(tl.float32, bitcast=True)[:, :, None]
+    low = _folded_nibbles(blocks & 15, multiplier)
+    high = _folded_nibbles(blocks >> 4, multiplier)
+    return tl.reshape(low, (ROWS, COLS // 2)), tl.reshape(high, (ROWS, COLS // 2))
+
+
+@triton.jit
+def folded_k_order(first, second, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """[ROWS, COLS/2] halves -> [ROWS, COLS] with all of `first` then all of `second` along K: A's
+    even and odd elements, B's low and high nibbles. A dot does not depend on K's order as long as
+    both operands share it; one dot (not one per half) keeps one accumulator layout, where two
+    dots made Triton convert the accumulator between two wgmma layouts every step."""
+    return tl.reshape(tl.permute(tl.join(first, second), (0, 2, 1)), (ROWS, COLS))
 
 
 @triton.jit
@@ -232,19 +304,31 @@ def _a_operand(a_ptrs, k_left, EVEN_K: tl.constexpr, A_CONVERT: tl.constexpr, BL
     """A's codes and scales for one K step, quantized here from bf16 (a_ptrs: bf16 elements, or
     int32 bf16 pairs for the convert). k_left = K elements left from this step's start (only read
     without EVEN_K)."""
-    if A_CONVERT != A_ARITHMETIC:  # rows of BLOCK_K/2 bf16 pairs
-        if EVEN_K:
-            pairs = tl.load(a_ptrs)
-        else:
-            pairs = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K // 2)[None, :] < k_left // 2, other=0)
-        codes, scales = quantize_mxfp4_pairs(pairs, BLOCK_M, BLOCK_K, A_CONVERT)
+    if A_CONVERT == A_HARDWARE or A_CONVERT == A_EMULATED:  # rows of BLOCK_K/2 bf16 pairs
+        codes, scales = quantize_mxfp4_pairs(_a_pairs(a_ptrs, k_left, EVEN_K, BLOCK_K), BLOCK_M, BLOCK_K, A_CONVERT)
     else:
-        if EVEN_K:
-            x = tl.load(a_ptrs)
-        else:
-            x = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)
-        codes, scales = quantize_mxfp4_tile(x.to(tl.float32), BLOCK_M, BLOCK_K)
+        codes, scales = quantize_mxfp4_tile(_a_tile(a_ptrs, k_left, EVEN_K, BLOCK_K), BLOCK_M, BLOCK_K)
     return codes, scales
+
+
+@triton.jit
+def _a_pairs(a_ptrs, k_left, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One K step of A as int32 bf16 pairs (a_ptrs: int32 pairs)."""
+    if EVEN_K:
+        pairs = tl.load(a_ptrs)
+    else:
+        pairs = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K // 2)[None, :] < k_left // 2, other=0)
+    return pairs
+
+
+@triton.jit
+def _a_tile(a_ptrs, k_left, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One K step of A as float32 (a_ptrs: bf16 elements)."""
+    if EVEN_K:
+        x = tl.load(a_ptrs)
+    else:
+        x = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)
+    return x.to(tl.float32)
 
 
 @triton.jit
@@ -320,6 +404,14 @@ def _beyond_fast_range(a_top, b_top, K):
     k_bits = (K.to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 126  # floor(log2 K) + 1
     return ((a_top >= 192) | (b_top >= 192)
             | ((a_top - 127) + (b_top - 127) + 6 + k_bits >= 128))
+
+
+@triton.jit
+def _beyond_folded_range(a_top, b_top, b_bottom, K):
+    """`_beyond_fast_range`, or outside the folds' exact range (A_FOLDED): an A block exponent above
+    62 (byte 190 up: 6 x 2^(e+63) overflows), or a B scale byte in 1..64 (its values times 2^-63 are
+    bf16 subnormals); b_bottom is the smallest nonzero B byte (255 where none)."""
+    return _beyond_fast_range(a_top, b_top, K) | (a_top.to(tl.int32) >= 190) | (b_bottom.to(tl.int32) <= 64)
 
 
 @triton.jit
@@ -399,12 +491,22 @@ def mxfp4_gemm_kernel(a_ptr, b_ptr, bs_ptr, c_ptr, partial_ptr, counter_ptr,
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     a_top = tl.zeros((BLOCK_M, BLOCK_K // 32), dtype=tl.uint8)  # elementwise maxima of the scale bytes
     b_top = tl.zeros((BLOCK_N, BLOCK_K // 32), dtype=tl.uint8)
+    b_bottom = tl.full((BLOCK_N, BLOCK_K // 32), 255, dtype=tl.uint8)  # A_FOLDED: smallest nonzero byte
     for step in range(steps):
         k_left = K - k_begin - step * BLOCK_K
-        a_codes, a_scales = _a_operand(a_ptrs, k_left, EVEN_K, A_CONVERT, BLOCK_M, BLOCK_K)
+        if A_CONVERT == A_FOLDED:
+            a_even, a_odd, a_scales = _fold_a(_a_pairs(a_ptrs, k_left, EVEN_K, BLOCK_K), BLOCK_M, BLOCK_K)
+        else:
+            a_codes, a_scales = _a_operand(a_ptrs, k_left, EVEN_K, A_CONVERT, BLOCK_M, BLOCK_K)
         b_codes = _b_codes(b_ptrs, k_left, EVEN_K, B_LAYOUT, BLOCK_N, BLOCK_K, CACHE_MODIFIER)
         b_scales = _b_scales(bs_ptrs, (K - k_left) // 32, k_left, EVEN_K, B_LAYOUT, BLOCK_N, BLOCK_K, CACHE_MODIFIER)
-        acc = tl.dot_scaled(a_codes, a_scales, "e2m1", b_codes.T, b_scales, "e2m1", acc)
+        if A_CONVERT == A_FOLDED:
+            b_low, b_high = _fold_b(b_codes, b_scales, BLOCK_N, BLOCK_K)
+            acc = tl.dot(folded_k_order(a_even, a_odd, BLOCK_M, BLOCK_K),
+                         tl.trans(folded_k_order(b_low, b_high, BLOCK_N, BLOCK_K)), acc)
+            b_bottom = tl.minimum(b_bottom, tl.where(b_scales == 0, 255, b_scales))
+        else:
+            acc = tl.dot_scaled(a_codes, a_scales, "e2m1", b_codes.T, b_scales, "e2m1", acc)
         a_top = tl.maximum(a_top, a_scales)
         b_top = tl.maximum(b_top, b_scales)
         if A_CONVERT != A_ARITHMETIC:
@@ -417,7 +519,13 @@ def mxfp4_gemm_kernel(a_ptr, b_ptr, bs_ptr, c_ptr, partial_ptr, counter_ptr,
             b_ptrs += BLOCK_K // 2
         if B_LAYOUT != B_GATHER:
             bs_ptrs += BLOCK_K
-    if _beyond_fast_range(tl.max(tl.max(a_top, axis=1), axis=0), tl.max(tl.max(b_top, axis=1), axis=0), K):
+    a_top = tl.max(tl.max(a_top, axis=1), axis=0)
+    b_top = tl.max(tl.max(b_top, axis=1), axis=0)
+    if A_CONVERT == A_FOLDED:
+        beyond = _beyond_folded_range(a_top, b_top, tl.min(tl.min(b_bottom, axis=1), axis=0), K)
+    else:
+        beyond = _beyond_fast_range(a_top, b_top, K)
+    if beyond:
         cols_n = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
         acc = _exact_partial(a_ptr, b_ptr, bs_ptr, rows, cols_n, k_begin,
                              tl.minimum(k_begin + steps * BLOCK_K, K), K, scale_cols_padded,

@@ -19,8 +19,10 @@ Plan = collections.namedtuple(
     "Plan", "block_m block_n block_k split_k num_warps num_stages waves_per_eu group_size_m cache_modifier b_layout "
             "a_convert", defaults=(0, 1, "", "gather", "arithmetic"))
 # a_convert: how A's codes are made (kernels.A_*): "arithmetic" (any GPU), "hardware" (gfx950's
-# v_cvt_scalef32_pk_fp4_bf16), "emulated" (that instruction in plain arithmetic: tests only).
-A_CONVERTS = {"arithmetic": 0, "hardware": 1, "emulated": 2}
+# v_cvt_scalef32_pk_fp4_bf16), "emulated" (that instruction in plain arithmetic: tests only),
+# "folded" (no codes: A and B as exact bf16 values into a plain bf16 dot, wgmma on Hopper; offered
+# on NVIDIA only, where dot_scaled is emulated with mma.sync).
+A_CONVERTS = {"arithmetic": 0, "hardware": 1, "emulated": 2, "folded": 3}
 
 # AMD's gfx950 configs (aiter/ops/triton/configs/gemm/gfx950-GEMM-A16WFP4*.json), per task shape:
 # (BLOCK_M, BLOCK_N, BLOCK_K, NUM_KSPLIT, num_warps, num_stages, waves_per_eu, GROUP_SIZE_M,
@@ -128,17 +130,37 @@ def _gfx950_variations(m, n, k, first: Plan):
     return [plan for plan in map(fitted, out) if a_elements_per_lane(plan) <= 32]
 
 
-def _generic_variations(m, n, k, first: Plan):
-    """On NVIDIA: the B layouts and split-K halved / doubled around the measured plan."""
+def _generic_variations(m, n, k, arch, first: Plan, compute_units: int):
+    """Elsewhere: the B layouts and split-K halved / doubled around the measured plan; on NVIDIA
+    ("sm_*") then the folded plans."""
     k_steps = -(-k // first.block_k)
     out = [first._replace(b_layout="vector"), first._replace(b_layout="shuffled")]
     out += [first._replace(split_k=max(1, first.split_k // 2)), first._replace(split_k=min(k_steps, first.split_k * 2))]
     out.append(first._replace(block_n=first.block_n * 2 if first.block_n < 128 else 64))
+    return out + (folded_plans(m, n, k, first, compute_units) if arch.startswith("sm_") else [])
+
+
+# The folded plans' wgmma tiles (BLOCK_M, BLOCK_N, BLOCK_K, num_warps), from M 64 and M 128 up: the
+# tiles of fewest SASS instructions per K step without spills in an sm_90 AOT compile (notes/triton.md,
+# "Folded operands"); 8 warps are two warpgroups over N.
+FOLDED_TILES = ((64, (64, 128, 128, 8)), (128, (128, 128, 64, 8)))
+
+
+def folded_plans(m: int, n: int, k: int, first: Plan, compute_units: int):
+    """The plain-bf16-dot plans (a_convert "folded"): the prior's own tile where it is an mma.sync
+    one (below 64 rows; the larger priors spill when folded), then the wgmma tiles that M fills,
+    each split along K to about one program per compute unit."""
+    out = [first._replace(a_convert="folded")] if first.block_m < 64 else []
+    for min_m, (block_m, block_n, block_k, warps) in FOLDED_TILES:
+        if m >= min_m:
+            tiles = -(-m // block_m) * -(-n // block_n)
+            split_k = split_k_steps(-(-k // block_k), round(compute_units / tiles))[0]
+            out.append(Plan(block_m, block_n, block_k, split_k, warps, 3, a_convert="folded"))
     return out
 
 
-def variations(m: int, n: int, k: int, arch: str, first: Plan):
+def variations(m: int, n: int, k: int, arch: str, first: Plan, compute_units: int = 132):
     """Candidate plans beside `first` (the prior), most promising first; may not fit every N, K."""
     if arch == "gfx950":
         return _gfx950_variations(m, n, k, first)
-    return _generic_variations(m, n, k, first)
+    return _generic_variations(m, n, k, arch, first, compute_units)
