@@ -149,12 +149,13 @@ FOLDED_TILES = ((64, (64, 128, 128, 8)), (128, (128, 128, 64, 8)))
 def folded_plans(m: int, n: int, k: int, first: Plan, compute_units: int):
     """The plain-bf16-dot plans (a_convert "folded"): the prior's own tile where it is an mma.sync
     one (below 64 rows; the larger priors spill when folded), then the wgmma tiles that M fills,
-    each split along K to about one program per compute unit."""
+    each split along K into as many programs as fit one wave (these tiles hold one program per SM:
+    a second wave costs more than the split saves)."""
     out = [first._replace(a_convert="folded")] if first.block_m < 64 else []
     for min_m, (block_m, block_n, block_k, warps) in FOLDED_TILES:
         if m >= min_m:
             tiles = -(-m // block_m) * -(-n // block_n)
-            split_k = split_k_steps(-(-k // block_k), round(compute_units / tiles))[0]
+            split_k = split_k_steps(-(-k // block_k), max(1, compute_units // tiles))[0]
             out.append(Plan(block_m, block_n, block_k, split_k, warps, 3, a_convert="folded"))
     return out
 

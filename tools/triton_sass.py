@@ -1,14 +1,15 @@
-"""Static cost of the Triton backend's sm_90 plans on a CPU: each plan is compiled ahead of time for
-sm_90 (Triton's own ptxas), and its main loop's SASS is counted.
+"""Static cost of the Triton backend's NVIDIA plans on a CPU: each candidate is compiled ahead of time
+for the arch (Triton's own ptxas), and its main loop's SASS is counted.
 
-    python3 tools/triton_sm90_sass.py                        # every sm_90 candidate of the 6 benchmark shapes
-    python3 tools/triton_sm90_sass.py --shapes "64,7168,2048" --folded-only
-    python3 tools/triton_sm90_sass.py --out static.json --histogram 12
+    python3 tools/triton_sass.py                        # every sm_90 candidate of the 6 benchmark shapes
+    python3 tools/triton_sass.py --shapes "64,7168,2048" --folded-only
+    python3 tools/triton_sass.py --arch sm_80 --units 108 --shapes "16,2112,7168;64,7168,2048"
+    python3 tools/triton_sass.py --out static.json --histogram 12
 
 Per plan: programs (CTAs), K steps per program, the loop body's SASS instructions (per thread and
 step), its MMA instructions (HGMMA: wgmma, HMMA: mma.sync), registers and spill bytes (ptxas -v),
-and `loop µs`: waves x body x warps x steps / (4 schedulers x 1.98 GHz), the loop's time if every
-scheduler issued one instruction per cycle. It is a floor for comparing plans, not a prediction: on
+and `loop µs`: waves x body x warps x steps / (4 schedulers x 1.98 GHz; waves over --units SMs), the
+loop's time if every scheduler issued one instruction per cycle (the H200's clock, whatever --arch). It is a floor for comparing plans, not a prediction: on
 the H200 the measured plans took 2-4x their floor (latency, memory, spills). The main loop is the
 backward branch whose body holds the most MMA instructions (the exact fallback's loop has none).
 """
@@ -26,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sass_diff import BENCH_SHAPES, H200_UNITS, cuobjdump  # noqa: E402
+from sass_diff import BENCH_SHAPES, H200_UNITS, cuobjdump  # noqa: E402  (H200_UNITS: the default --units)
 
 SCHEDULERS = 4
 CLOCK_GHZ = 1.98
@@ -59,13 +60,14 @@ def main_loop(lines):
     return best
 
 
-def registers_and_spills(ptx: str, work: Path):
+def registers_and_spills(ptx: str, arch: str, work: Path):
     import triton
 
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     source = work / f"{abs(hash(ptx))}.ptx"
     source.write_text(ptx)
-    done = subprocess.run([str(ptxas), "-arch=sm_90a", "-v", str(source), "-o", str(source.with_suffix(".o"))],
+    target = arch + "a" if arch == "sm_90" else arch  # Triton's sm_90 PTX uses the sm_90a features
+    done = subprocess.run([str(ptxas), f"-arch={target}", "-v", str(source), "-o", str(source.with_suffix(".o"))],
                           capture_output=True, text=True, check=True)
     registers = re.search(r"Used (\d+) registers", done.stderr)
     return (int(registers.group(1)) if registers else None,
@@ -77,7 +79,7 @@ def opcode(text: str) -> str:
     return words[1] if words[0].startswith("@") else words[0]
 
 
-def measure(shape, plan, histogram=0):
+def measure(shape, plan, arch="sm_90", units=H200_UNITS, histogram=0):
     """One plan's static row."""
     from triton.backends.compiler import GPUTarget
 
@@ -85,13 +87,13 @@ def measure(shape, plan, histogram=0):
     from mxfp4_mm.backends.triton.plans import split_k_steps
 
     m, n, k = shape
-    kernel = triton_backend.aot_compile(plan, n, k, GPUTarget("cuda", 90, 32))
-    with tempfile.TemporaryDirectory(prefix="triton_sm90_sass_") as tmp:
+    kernel = triton_backend.aot_compile(plan, n, k, GPUTarget("cuda", int(arch.split("_")[1]), 32))
+    with tempfile.TemporaryDirectory(prefix="triton_sass_") as tmp:
         body = main_loop(sass_lines(kernel.asm["cubin"], Path(tmp)))
-        registers, spills = registers_and_spills(kernel.asm["ptx"], Path(tmp))
+        registers, spills = registers_and_spills(kernel.asm["ptx"], arch, Path(tmp))
     split_k, steps = split_k_steps(-(-k // plan.block_k), plan.split_k)
     programs = -(-m // plan.block_m) * -(-n // plan.block_n) * split_k
-    waves = -(-programs // H200_UNITS)
+    waves = -(-programs // units)
     row = {"shape": list(shape), "plan": triton_backend.plan_label(plan), "programs": programs, "steps": steps,
            "body": len(body), "mma": sum(map(is_mma, body)), "registers": registers, "spill_bytes": spills,
            "loop_us": waves * len(body) * plan.num_warps * steps / (SCHEDULERS * CLOCK_GHZ * 1e3)}
@@ -100,28 +102,33 @@ def measure(shape, plan, histogram=0):
     return row
 
 
-def plans_of(shape, folded_only):
+def plans_of(shape, arch, units, folded_only):
     from mxfp4_mm.backends import triton as triton_backend
 
-    plans = triton_backend.candidates_for_arch(*shape, "sm_90", H200_UNITS)
+    plans = triton_backend.candidates_for_arch(*shape, arch, units)
     return [p for p in plans if p.a_convert == "folded"] if folded_only else plans
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", default=BENCH_SHAPES, help='"M,N,K;M,N,K" (default: the benchmark shapes)')
+    parser.add_argument("--arch", default="sm_90", help="an NVIDIA arch, sm_XY (default sm_90)")
+    parser.add_argument("--units", type=int, default=H200_UNITS, help="SMs, for the candidates' split-K and the waves")
     parser.add_argument("--folded-only", action="store_true", help="only the folded (plain bf16 dot) plans")
     parser.add_argument("--histogram", type=int, default=0, help="also list the loop's N most frequent opcodes")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", help="write the rows as JSON")
     args = parser.parse_args(argv)
     shapes = [tuple(int(v) for v in item.split(",")) for item in args.shapes.replace(" ", "").split(";")]
-    work = [(shape, plan) for shape in shapes for plan in plans_of(shape, args.folded_only)]
+    if not re.fullmatch(r"sm_\d+", args.arch):
+        parser.error(f"--arch must be sm_XY, got {args.arch!r}")
+    work = [(shape, plan) for shape in shapes for plan in plans_of(shape, args.arch, args.units, args.folded_only)]
     print(f"{'shape':15} {'plan':46} {'progs':>5} {'steps':>5} {'body':>5} {'mma':>4} {'regs':>4} {'spill':>6} "
           f"{'loop µs':>7}")
     rows = []
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
-        for row in pool.map(measure, *zip(*work), [args.histogram] * len(work)):
+        for row in pool.map(measure, *zip(*work), [args.arch] * len(work), [args.units] * len(work),
+                            [args.histogram] * len(work)):
             rows.append(row)
             print(f"{'x'.join(map(str, row['shape'])):15} {row['plan']:46} {row['programs']:5d} {row['steps']:5d} "
                   f"{row['body']:5d} {row['mma']:4d} {row['registers']:4d} {row['spill_bytes']:6d} "
