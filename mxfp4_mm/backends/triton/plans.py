@@ -142,7 +142,7 @@ def _generic_variations(m, n, k, arch, first: Plan, compute_units: int):
 
 # The folded plans' wgmma tiles (BLOCK_M, BLOCK_N, BLOCK_K, num_warps), from M 64 and M 128 up: the
 # tiles of fewest SASS instructions per K step without spills in an sm_90 AOT compile (notes/triton.md,
-# "Folded operands"); 8 warps are two warpgroups over N.
+# "Folded operands"); 8 warps are two warpgroups (over N at 64 rows, over M at 128).
 FOLDED_TILES = ((64, (64, 128, 128, 8)), (128, (128, 128, 64, 8)))
 
 
@@ -160,7 +160,7 @@ def folded_plans(m: int, n: int, k: int, first: Plan, compute_units: int):
     return out
 
 
-def variations(m: int, n: int, k: int, arch: str, first: Plan, compute_units: int = 132):
+def variations(m: int, n: int, k: int, arch: str, first: Plan, compute_units: int):
     """Candidate plans beside `first` (the prior), most promising first; may not fit every N, K."""
     if arch == "gfx950":
         return _gfx950_variations(m, n, k, first)
