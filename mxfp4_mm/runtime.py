@@ -5,6 +5,7 @@ NVRTC + the CUDA driver on NVIDIA, hiprtc + the HIP runtime on ROCm.
     stats["compiled"], stats["loaded"]              # compiler runs / modules loaded in this process
     launch = module.function("name").launcher("ppi")
     launch(grid, block, shared_bytes, ptr_or_tensor, ptr_or_tensor, int)
+    tensor_map_2d(device, ...)                       # a TMA descriptor, launcher argument type "T"
 
 Launches go to torch's current queue for the device, so they order with torch's own work.
 """
@@ -255,8 +256,78 @@ class Module:
         return Function(self, name, handle)
 
 
+# ---- tensor maps (NVIDIA sm_90+): the descriptors `cp.async.bulk.tensor` copies through -----------
+
+TENSOR_MAP_BYTES = 128
+_TENSOR_MAP_ELEMENT_TYPES = {1: 0, 2: 1, 4: 2, 8: 4}  # element bytes -> CU_TENSOR_MAP_DATA_TYPE_UINT8/16/32/64
+
+
+class TensorMap:
+    """A 2-D tensor map (CUtensorMap, 128 bytes, 64-byte aligned) for a kernel argument of type "T":
+    the kernel takes it by value as `const __grid_constant__`, so nothing is copied to the device."""
+
+    def __init__(self):
+        self._buffer = (ctypes.c_uint8 * (TENSOR_MAP_BYTES + 64))()
+        self.address = (ctypes.addressof(self._buffer) + 63) // 64 * 64
+
+    def raw(self) -> bytes:
+        return ctypes.string_at(self.address, TENSOR_MAP_BYTES)
+
+
+def check_tensor_map_2d(address, element_bytes, rows, row_elements, row_stride_bytes, box_rows, box_elements):
+    """The driver's rules for a 2-D tiled map without interleave or swizzle, as ValueErrors naming
+    the argument (cuTensorMapEncodeTiled only returns an error code)."""
+    if element_bytes not in _TENSOR_MAP_ELEMENT_TYPES:
+        raise ValueError(f"element_bytes must be 1, 2, 4 or 8, got {element_bytes}")
+    if address % 16:
+        raise ValueError(f"the tensor's address must be 16-byte aligned, got {address:#x}")
+    if not (0 < rows <= 2**32 and 0 < row_elements <= 2**32):
+        raise ValueError(f"rows and row_elements must be in 1..2^32, got {rows}, {row_elements}")
+    if row_stride_bytes % 16 or not 0 < row_stride_bytes < 2**40:
+        raise ValueError(f"row_stride_bytes must be a positive multiple of 16 below 2^40, got {row_stride_bytes}")
+    if not (0 < box_rows <= 256 and 0 < box_elements <= 256):
+        raise ValueError(f"box_rows and box_elements must be in 1..256, got {box_rows}, {box_elements}")
+    if box_elements * element_bytes % 16:
+        raise ValueError(f"a box row must be a multiple of 16 bytes, got {box_elements} x {element_bytes} bytes")
+
+
+def tensor_map_2d(device, address, element_bytes, rows, row_elements, row_stride_bytes, box_rows, box_elements,
+                  out: TensorMap = None) -> TensorMap:
+    """Encode (into `out`, or a new TensorMap) the map of a row-major [rows, row_elements] tensor
+    read in boxes of [box_rows, box_elements]; elements outside the tensor read as zeros."""
+    check_tensor_map_2d(address, element_bytes, rows, row_elements, row_stride_bytes, box_rows, box_elements)
+    api = api_for(device)
+    if api.vendor != "nvidia":
+        raise RuntimeError("tensor maps are an NVIDIA (sm_90+) feature")
+    out = out or TensorMap()
+    dims = (ctypes.c_uint64 * 2)(row_elements, rows)
+    strides = (ctypes.c_uint64 * 1)(row_stride_bytes)
+    box = (ctypes.c_uint32 * 2)(box_elements, box_rows)
+    unit = (ctypes.c_uint32 * 2)(1, 1)
+    # interleave NONE, swizzle NONE, L2 promotion 256 B, out-of-bounds fill zeros
+    api.check(api.drv.cuTensorMapEncodeTiled(
+        ctypes.c_void_p(out.address), ctypes.c_int(_TENSOR_MAP_ELEMENT_TYPES[element_bytes]), ctypes.c_uint32(2),
+        ctypes.c_void_p(address), dims, strides, box, unit, ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(3),
+        ctypes.c_int(0)), "cuTensorMapEncodeTiled")
+    return out
+
+
+class _TensorMapSlot(ctypes.Array):
+    """A launcher's by-value slot for a TensorMap argument."""
+    _type_ = ctypes.c_uint8
+    _length_ = TENSOR_MAP_BYTES
+
+    @property
+    def value(self):
+        return bytes(self)
+
+    @value.setter
+    def value(self, tensor_map):
+        ctypes.memmove(self, tensor_map.address, TENSOR_MAP_BYTES)
+
+
 _ARG_TYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int32, "I": ctypes.c_uint32,
-              "q": ctypes.c_int64, "f": ctypes.c_float}
+              "q": ctypes.c_int64, "f": ctypes.c_float, "T": _TensorMapSlot}
 
 
 class Function:

@@ -31,6 +31,33 @@ def test_every_rung_compiles_without_spills(tmp_path, shape):
         assert "0 bytes spill stores" in built.stdout + built.stderr, name
 
 
+@pytest.mark.parametrize("shape", [(4, 2880, 512), (64, 7168, 2048), (256, 3072, 1536)])
+def test_every_tma_rung_compiles_without_spills_and_fits_shared_memory(tmp_path, shape):
+    bn, split = floor_ladder.GEOMETRY[shape]
+    for name, a_mode in floor_ladder.TMA_RUNGS:
+        assert floor_ladder.tma_shared_bytes(*shape, bn, split, a_mode) <= 227 * 1024, name
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    source = tmp_path / "ladder_tma.cu"
+    source.write_text(floor_ladder.TMA_SOURCE)
+    for name, a_mode in floor_ladder.TMA_RUNGS:
+        options = floor_ladder.tma_compile_options(*shape, bn, split, a_mode)
+        built = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", *options, "-o",
+                                str(tmp_path / "ladder_tma.cubin"), str(source)], capture_output=True, text=True)
+        assert built.returncode == 0, (name, built.stderr[-2000:])
+        assert "0 bytes spill stores" in built.stdout + built.stderr, name
+
+
+def test_tma_chunks_are_whole_and_fill_the_ring():
+    for (m, n, k), (bn, split) in floor_ladder.GEOMETRY.items():
+        for name, a_mode in floor_ladder.TMA_RUNGS:
+            kc, stages = floor_ladder.tma_chunking(m, n, k, bn, split, a_mode)
+            chunks = k // split // kc
+            assert (k // split) % kc == 0 and 1 <= stages <= min(chunks, floor_ladder.TMA_MAX_STAGES), name
+    with pytest.raises(ValueError, match="256 rows"):
+        floor_ladder.check_tma_geometry(512, 3072, 1536, 128, 6)
+
+
 def test_default_geometries_fit_their_shapes():
     for (m, n, k), (bn, split) in floor_ladder.GEOMETRY.items():
         floor_ladder.check_geometry(m, n, k, bn, split)
@@ -54,3 +81,8 @@ def test_every_rung_runs_and_resets_its_counters():
         torch.cuda.synchronize()
         assert first.shape == (m, n) and first.dtype == torch.bfloat16 and first.data_ptr() != second.data_ptr()
         assert int(run.counters.abs().sum()) == 0, name
+    for name, a_mode in floor_ladder.TMA_RUNGS:  # a wrong transaction count would hang here
+        run = floor_ladder.make_tma_runner(m, n, k, torch.device("cuda"), bn, split, a_mode)
+        first, second = run(data[0], data[2], data[3], data[4]), run(data[0], data[2], data[3], data[4])
+        torch.cuda.synchronize()
+        assert first.shape == (m, n) and first.dtype == torch.bfloat16 and first.data_ptr() != second.data_ptr()

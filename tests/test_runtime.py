@@ -133,3 +133,75 @@ def test_api_binds_each_vendors_symbols(monkeypatch, vendor, expected):
         assert callable(getattr(api, attr)), attr
     assert api.rtc_version.startswith("nvrtc-" if vendor == "nvidia" else "hiprtc-")
     assert ("cuInit" in api.drv.bound) == (vendor == "nvidia")
+
+
+# ---- tensor maps ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("change, rule", [
+    ({"element_bytes": 3}, "element_bytes"),
+    ({"address": 0x1008}, "16-byte aligned"),
+    ({"row_stride_bytes": 1000}, "row_stride_bytes"),
+    ({"box_rows": 257}, "box_rows"),
+    ({"box_elements": 0}, "box_rows and box_elements"),
+    ({"box_elements": 12}, "multiple of 16 bytes"),
+    ({"rows": 0}, "rows and row_elements"),
+])
+def test_tensor_map_rules_name_the_argument(change, rule):
+    args = dict(address=0x1000, element_bytes=1, rows=64, row_elements=1024, row_stride_bytes=1024, box_rows=64,
+                box_elements=64)
+    runtime.check_tensor_map_2d(**args)
+    with pytest.raises(ValueError, match=rule):
+        runtime.check_tensor_map_2d(**{**args, **change})
+
+
+def test_tensor_map_argument_slots_copy_the_whole_map():
+    import ctypes
+    tensor_map = runtime.TensorMap()
+    assert tensor_map.address % 64 == 0
+    ctypes.memmove(tensor_map.address, bytes(range(128)), 128)
+    slot = runtime._ARG_TYPES["T"]()
+    slot.value = tensor_map
+    assert ctypes.sizeof(slot) == runtime.TENSOR_MAP_BYTES and bytes(slot) == tensor_map.raw() == bytes(range(128))
+
+
+TMA_KERNEL = r'''
+typedef unsigned long long u64;
+struct alignas(64) TensorMap { u64 opaque[16]; };
+// One box at (x, y) of a 2-D uint16 tensor into shared memory through its map, then out to `out`.
+extern "C" __global__ void copy_box(const __grid_constant__ TensorMap map, unsigned short* out, int x, int y) {
+    __shared__ __align__(128) unsigned short box[BOX_ROWS * BOX_COLS];
+    __shared__ u64 bar;
+    const unsigned b = (unsigned)__cvta_generic_to_shared(&bar), dst = (unsigned)__cvta_generic_to_shared(box);
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(b) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(b), "n"(BOX_ROWS * BOX_COLS * 2) : "memory");
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                     :: "r"(dst), "l"(reinterpret_cast<u64>(&map)), "r"(x), "r"(y), "r"(b) : "memory");
+    }
+    __syncthreads();
+    asm volatile("{\n.reg .pred done;\nwait_%=:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
+                 "@!done bra wait_%=;\n}\n" :: "r"(b) : "memory");
+    for (int i = threadIdx.x; i < BOX_ROWS * BOX_COLS; i += blockDim.x) out[i] = box[i];
+}
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("x, y", [(0, 0), (40, 24), (96, 40)])  # inside; inside; past both edges (zeros)
+def test_tensor_map_copies_a_box_and_zero_fills_outside(x, y):
+    if torch.version.hip or torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("tensor maps need an NVIDIA sm_90+ GPU")
+    device = torch.device("cuda")
+    rows, cols, box_rows, box_cols = 48, 120, 16, 32  # rows padded to a 128-element (256-byte) stride
+    storage = torch.randint(0, 2**15, (rows, 128), dtype=torch.int16, device=device)
+    launch = runtime.load_module(TMA_KERNEL, device, (f"-DBOX_ROWS={box_rows}", f"-DBOX_COLS={box_cols}")).function(
+        "copy_box").launcher("Tpii")
+    tensor_map = runtime.tensor_map_2d(device, storage.data_ptr(), 2, rows, cols, 256, box_rows, box_cols)
+    out = torch.full((box_rows, box_cols), -1, dtype=torch.int16, device=device)
+    launch((1, 1, 1), (128, 1, 1), 0, tensor_map, out, x, y)
+    expected = torch.zeros_like(out)
+    inside = storage[y:min(y + box_rows, rows), x:min(x + box_cols, cols)]
+    expected[:inside.shape[0], :inside.shape[1]] = inside
+    torch.cuda.synchronize()
+    assert torch.equal(out, expected)

@@ -16,6 +16,14 @@ dropped), so each rung's time above the previous one is what that structure cost
                  CTA, nearer what the shipped kernel issues up front; 16 would spill)
   + cluster sum  A bf16, then partial tiles summed through the cluster's shared memory
   + global sum   A bf16, then partial tiles summed through global memory and a per-tile counter
+  TMA B          the pattern's B codes through tensor-map copies (cp.async.bulk.tensor) into a ring
+                 of stages in shared memory, issued by one thread STAGES chunks ahead (up to ~200 KB
+                 in flight a CTA), the K range's scale bytes by bulk copies up front; no A
+  TMA A bf16     the same, with all of A's rows over the K range in the same stages, as bf16
+  TMA A codes    the same, with A's rows as packed codes instead (the compact A without its scale
+                 bytes, 1/17 of it)
+  The TMA rungs ask whether a GEMM fed by one copy thread reads at the floor's rate with one CTA an
+  SM, where the rungs above hold 16 or 48 KB in flight a CTA and the floor path 128 KB an SM.
 
 Every rung writes C once (values without meaning). Timed with the harness's method (caches flushed,
 events around one call), rungs interleaved per repetition, medians in µs.
@@ -153,6 +161,171 @@ read_gemm_tiles(const uint4* __restrict__ a, const uint4* __restrict__ b, const 
 """
 
 
+# (name, A_MODE): A_MODE 0 = no A, 1 = A bf16 per tile, 2 = A as packed codes per tile.
+TMA_RUNGS = (("TMA B", 0), ("TMA A bf16", 1), ("TMA A codes", 2))
+TMA_SHARED_BYTES = 200 * 1024  # the ring's budget; the rest of the 227 KB is left for the barriers
+TMA_MAX_STAGES = 16
+
+# One copy thread (warp 0, lane 0) fills a ring of STAGES chunks of KC values: B codes [BN rows x KC/2
+# bytes] and A [M rows x KC values] per chunk through tensor maps, each chunk gated by `full` (copies
+# landed: the transaction count) and `empty` (every consumer thread has read it). The other warps
+# wait for each chunk, fold one 16-byte word each from it and release it.
+TMA_SOURCE = r"""
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef unsigned short u16;
+typedef unsigned char u8;
+struct alignas(64) TensorMap { u64 opaque[16]; };
+
+constexpr int SCOLS = (GK / 32 + 7) / 8 * 8;                       // columns of the shuffled scales
+constexpr int S_BYTES = BN / 32 * KR;                              // a 32-row group's K range: KR bytes
+constexpr int B_BOX = BN * KC / 2;
+constexpr int A_BOX = A_MODE == 1 ? AM * KC * 2 : A_MODE == 2 ? AM * KC / 2 : 0;
+constexpr int STAGE = B_BOX + A_BOX;
+constexpr int CHUNKS = KR / KC;
+constexpr int CONSUMERS = THREADS - 32;
+static_assert(GN % BN == 0 && BN % 32 == 0 && KR % 256 == 0 && GK % KR == 0 && SPLIT == GK / KR, "geometry");
+static_assert(KR % KC == 0 && KC % 64 == 0 && KC <= 256 && AM <= 256 && STAGES >= 1, "chunks");
+static_assert(STAGE % 128 == 0 && S_BYTES % 128 == 0, "copy destinations stay 128-byte aligned");
+
+__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ u32 fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
+
+__device__ __forceinline__ void mbar_init(u64* bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_bytes(u64* bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u64* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
+    asm volatile("{\n.reg .pred done;\nwait_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra wait_%=;\n}\n" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+// Box (x: element along the row, y: row) of a 2-D map into shared memory; completes on `bar`.
+__device__ __forceinline__ void tma_box(void* dst, const TensorMap& map, int x, int y, u64* bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 :: "r"(smem_addr(dst)), "l"(reinterpret_cast<u64>(&map)), "r"(x), "r"(y), "r"(smem_addr(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+read_gemm_tiles_tma(const __grid_constant__ TensorMap b_map, const __grid_constant__ TensorMap a_map,
+                    const u8* __restrict__ s, u16* __restrict__ c, int m) {
+    extern __shared__ __align__(1024) u8 smem[];
+    __shared__ u64 full[STAGES], empty[STAGES], scales_landed;
+    u8* const scales = smem + STAGES * STAGE;
+    const int tile = blockIdx.x, split = blockIdx.y, tid = threadIdx.x, warp = tid >> 5;
+    const int n0 = tile * BN, k0 = split * KR;
+    if (tid == 0) {
+        for (int i = 0; i < STAGES; ++i) {
+            mbar_init(&full[i], 1);
+            mbar_init(&empty[i], CONSUMERS);
+        }
+        mbar_init(&scales_landed, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    u32 acc = 0;
+    if (warp == 0) {
+        if (tid == 0) {
+            mbar_expect_bytes(&scales_landed, S_BYTES);
+            for (int g = 0; g < BN / 32; ++g)
+                bulk_copy(scales + g * KR, s + (u64)(n0 / 32 + g) * SCOLS * 32 + k0, KR, &scales_landed);
+            for (int lc = 0; lc < CHUNKS; ++lc) {
+                const int st = lc % STAGES, k = k0 + lc * KC;
+                if (lc >= STAGES) mbar_wait(&empty[st], (lc / STAGES - 1) & 1);
+                mbar_expect_bytes(&full[st], STAGE);
+                tma_box(smem + st * STAGE, b_map, k / 2, n0, &full[st]);
+                if (A_MODE) tma_box(smem + st * STAGE + B_BOX, a_map, A_MODE == 1 ? k : k / 2, 0, &full[st]);
+            }
+        }
+    } else {
+        const int t = tid - 32;
+        mbar_wait(&scales_landed, 0);
+        acc ^= reinterpret_cast<const u32*>(scales)[t % (S_BYTES / 4)];
+        for (int lc = 0; lc < CHUNKS; ++lc) {
+            const int st = lc % STAGES;
+            mbar_wait(&full[st], (lc / STAGES) & 1);
+            acc ^= fold(reinterpret_cast<const uint4*>(smem + st * STAGE)[t % (STAGE / 16)]);
+            mbar_arrive(&empty[st]);
+        }
+    }
+    const int cells = m * BN;
+    for (int i = tid; i < cells; i += THREADS)
+        if ((i / BN) % SPLIT == split) c[(u64)(i / BN) * GN + n0 + i % BN] = (u16)(acc ^ i);
+}
+"""
+
+
+def tma_chunking(m, n, k, bn, split, a_mode):
+    """(KC, STAGES): the widest chunk (256, 128 or 64 K) whose stage stays within 40 KB, and as many
+    stages as the ring's budget holds."""
+    kr = k // split
+    a_bytes_per_k = {0: 0, 1: 2 * m, 2: m / 2}[a_mode]
+    for kc in (256, 128, 64):
+        stage = bn * kc // 2 + int(a_bytes_per_k * kc)
+        if kr % kc == 0 and (stage <= 40 * 1024 or kc == 64):
+            stages = min(kr // kc, TMA_MAX_STAGES, (TMA_SHARED_BYTES - bn // 32 * kr) // stage)
+            if stages < 1:
+                raise ValueError(f"TMA geometry BN={bn} SPLIT={split}: one stage of {stage} bytes does not fit")
+            return kc, stages
+    raise ValueError(f"TMA geometry: the K range {kr} is not a multiple of 64")
+
+
+def check_tma_geometry(m, n, k, bn, split):
+    check_geometry(m, n, k, bn, split)
+    if m > 256 or bn > 256:
+        raise ValueError(f"TMA geometry: a box holds at most 256 rows, got M={m}, BN={bn}")
+
+
+def tma_compile_options(m, n, k, bn, split, a_mode):
+    kc, stages = tma_chunking(m, n, k, bn, split, a_mode)
+    return (f"-DGN={n}", f"-DGK={k}", f"-DBN={bn}", f"-DKR={k // split}", f"-DSPLIT={split}", f"-DA_MODE={a_mode}",
+            f"-DAM={m}", f"-DKC={kc}", f"-DSTAGES={stages}", f"-DTHREADS={THREADS}")
+
+
+def tma_shared_bytes(m, n, k, bn, split, a_mode):
+    kc, stages = tma_chunking(m, n, k, bn, split, a_mode)
+    a_box = {0: 0, 1: m * kc * 2, 2: m * kc // 2}[a_mode]
+    return stages * (bn * kc // 2 + a_box) + bn // 32 * (k // split) + 1024  # + the alignment of the ring
+
+
+def make_tma_runner(m, n, k, device, bn, split, a_mode):
+    """run(a, b_q, b_shuffle, b_scale_sh) -> a fresh C [m, n] (values without meaning), through the
+    TMA kernel; the tensor maps are encoded per call (the pointers may change)."""
+    check_tma_geometry(m, n, k, bn, split)
+    device = runtime.normalize_device(device)
+    kc, _ = tma_chunking(m, n, k, bn, split, a_mode)
+    function = runtime.load_module(TMA_SOURCE, device, tma_compile_options(m, n, k, bn, split, a_mode)).function(
+        "read_gemm_tiles_tma")
+    shared = tma_shared_bytes(m, n, k, bn, split, a_mode)
+    api = runtime.api_for(device)
+    api.check(api.drv.cuFuncSetAttribute(function.handle, cuda._MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
+              "cuFuncSetAttribute")
+    launch = function.launcher("TTppi")
+    b_map, a_map = runtime.TensorMap(), runtime.TensorMap()
+
+    def run(a, b_q, b_shuffle, b_scale_sh):
+        runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, bn, kc // 2, out=b_map)
+        if a_mode == 1:
+            runtime.tensor_map_2d(device, a.data_ptr(), 2, m, k, 2 * k, m, kc, out=a_map)
+        elif a_mode == 2:  # A's first M * K / 2 bytes read as packed codes
+            runtime.tensor_map_2d(device, a.data_ptr(), 1, m, k // 2, k // 2, m, kc // 2, out=a_map)
+        out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
+        launch((n // bn, split, 1), (THREADS, 1, 1), shared, b_map, a_map if a_mode else b_map, b_scale_sh, out, m)
+        return out
+
+    return run
+
+
 def check_geometry(m, n, k, bn, split):
     if n % bn or bn % 32 or k % split or (k // split) % 256:
         raise ValueError(f"geometry BN={bn} SPLIT={split} does not fit {m}x{n}x{k}: needs N % BN == 0, "
@@ -216,6 +389,8 @@ def main(argv=None):
         runs = {"floor": floor_kernels.make_runner(m, n, k, device)}
         runs.update({name: make_runner(m, n, k, device, bn, split, a_mode, reduce, loads)
                      for name, a_mode, reduce, loads in RUNGS})
+        if m <= 256 and bn <= 256:
+            runs.update({name: make_tma_runner(m, n, k, device, bn, split, a_mode) for name, a_mode in TMA_RUNGS})
         medians = cuda_lab.interleaved_medians(runs, cuda_lab.input_sets(m, n, k, device), args.reps, timer)
         rows.append({"shape": [m, n, k], "bn": bn, "split": split, "us": medians})
         print(f"{m}x{n}x{k} BN {bn} split {split}".ljust(34)
