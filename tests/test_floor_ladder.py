@@ -15,6 +15,8 @@ from conftest import make_inputs
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 import floor_ladder  # noqa: E402
 
+CUDA_ROOM = Path(__file__).resolve().parent.parent / "mxfp4_mm" / "backends" / "cuda"
+
 
 @pytest.mark.parametrize("shape", [(4, 2880, 512), (256, 3072, 1536)])
 def test_every_rung_compiles_without_spills(tmp_path, shape):
@@ -42,7 +44,7 @@ def test_every_tma_rung_compiles_without_spills_and_fits_shared_memory(tmp_path,
     source.write_text(floor_ladder.TMA_SOURCE)
     for name, a_mode in floor_ladder.TMA_RUNGS:
         options = floor_ladder.tma_compile_options(*shape, bn, split, a_mode)
-        built = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", *options, "-o",
+        built = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", f"-I{CUDA_ROOM}", *options, "-o",
                                 str(tmp_path / "ladder_tma.cubin"), str(source)], capture_output=True, text=True)
         assert built.returncode == 0, (name, built.stderr[-2000:])
         assert "0 bytes spill stores" in built.stdout + built.stderr, name

@@ -175,7 +175,7 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef unsigned short u16;
 typedef unsigned char u8;
-struct alignas(64) TensorMap { u64 opaque[16]; };
+#include "tma_sm90.h"  // the package's mbarrier and bulk-copy wrappers (mxfp4_mm/backends/cuda)
 
 constexpr int SCOLS = (GK / 32 + 7) / 8 * 8;                       // columns of the shuffled scales
 constexpr int S_BYTES = BN / 32 * KR;                              // a 32-row group's K range: KR bytes
@@ -188,33 +188,7 @@ static_assert(GN % BN == 0 && BN % 32 == 0 && KR % 256 == 0 && GK % KR == 0 && S
 static_assert(KR % KC == 0 && KC % 64 == 0 && KC <= 256 && AM <= 256 && STAGES >= 1, "chunks");
 static_assert(STAGE % 128 == 0 && S_BYTES % 128 == 0, "copy destinations stay 128-byte aligned");
 
-__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ u32 fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
-
-__device__ __forceinline__ void mbar_init(u64* bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_bytes(u64* bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(u64* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
-    asm volatile("{\n.reg .pred done;\nwait_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra wait_%=;\n}\n" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
-}
-// Box (x: element along the row, y: row) of a 2-D map into shared memory; completes on `bar`.
-__device__ __forceinline__ void tma_box(void* dst, const TensorMap& map, int x, int y, u64* bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-                 :: "r"(smem_addr(dst)), "l"(reinterpret_cast<u64>(&map)), "r"(x), "r"(y), "r"(smem_addr(bar))
-                 : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
-}
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 read_gemm_tiles_tma(const __grid_constant__ TensorMap b_map, const __grid_constant__ TensorMap a_map,
@@ -230,19 +204,19 @@ read_gemm_tiles_tma(const __grid_constant__ TensorMap b_map, const __grid_consta
             mbar_init(&empty[i], CONSUMERS);
         }
         mbar_init(&scales_landed, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_init_fence();
     }
     __syncthreads();
     u32 acc = 0;
     if (warp == 0) {
         if (tid == 0) {
-            mbar_expect_bytes(&scales_landed, S_BYTES);
+            mbar_arrive_expect_bytes(&scales_landed, S_BYTES);
             for (int g = 0; g < BN / 32; ++g)
                 bulk_copy(scales + g * KR, s + (u64)(n0 / 32 + g) * SCOLS * 32 + k0, KR, &scales_landed);
             for (int lc = 0; lc < CHUNKS; ++lc) {
                 const int st = lc % STAGES, k = k0 + lc * KC;
                 if (lc >= STAGES) mbar_wait(&empty[st], (lc / STAGES - 1) & 1);
-                mbar_expect_bytes(&full[st], STAGE);
+                mbar_arrive_expect_bytes(&full[st], STAGE);
                 tma_box(smem + st * STAGE, b_map, k / 2, n0, &full[st]);
                 if (A_MODE) tma_box(smem + st * STAGE + B_BOX, a_map, A_MODE == 1 ? k : k / 2, 0, &full[st]);
             }

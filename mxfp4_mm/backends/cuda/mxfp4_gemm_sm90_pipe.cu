@@ -60,6 +60,7 @@
 #include "mxfp4_exact.h"
 #include "mxfp4_fold_sm90.h"
 #include "wgmma_sm90a.h"
+#include "tma_sm90.h"
 
 constexpr int KBLOCKS = GK / 32;                   // scale blocks per row
 constexpr int SCOLS = (KBLOCKS + 7) / 8 * 8;       // columns of the shuffled scale tensor
@@ -232,23 +233,8 @@ __device__ __forceinline__ bool convert_b_chunk(const Tile& tile, const u8* stag
     return low;
 }
 
-// ---- mbarriers (copy-warp mode) -----------------------------------------------------------------
+// ---- copy-warp mode (mbarriers: tma_sm90.h) -----------------------------------------------------
 
-__device__ __forceinline__ void mbar_init(unsigned long long* bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count) : "memory");
-}
-// Arrives once this thread's earlier cp.asyncs have landed (the count set at init includes it).
-__device__ __forceinline__ void mbar_arrive_on_copies(unsigned long long* bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
-    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" :: "r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned long long* bar, u32 parity) {
-    asm volatile("{\n.reg .pred done;\nwait_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra wait_%=;\n}\n" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
-}
 // Named barrier over the converting warpgroups only (the copy warps never wait on it).
 __device__ __forceinline__ void converters_sync() {
     asm volatile("bar.sync 1, %0;\n" :: "n"(CONVERTERS) : "memory");
