@@ -5,7 +5,7 @@ put pipe plans, the kernel's scale-byte addressing modelled against spec.shuffle
 an nvcc build of every offered pipe plan of the benchmark shapes without spills (skipped without
 nvcc). GPU (@pytest.mark.gpu, sm_90): every offered pipe plan on the task shapes and on odd
 shapes, fresh outputs and data, M at run time, and the operands outside the folded range (the
-exact fallback).
+exact fallback); the tensor-map twins (`tma`) of the copy-warp plans alike, though not offered yet.
 """
 
 import concurrent.futures
@@ -30,8 +30,13 @@ TASK_SHAPES = [(8, 2112, 7168), (16, 3072, 1536), (64, 3072, 1536), (256, 2880, 
 BENCH_SHAPES = TASK_SHAPES[4:]
 
 
-def pipe(bn, bm, split_k, kc=64, stages=4, cw=0):
-    return PipePlan(PIPE, bn, bm, split_k, kc, stages, cw)
+def pipe(bn, bm, split_k, kc=64, stages=4, cw=0, tma=0):
+    return PipePlan(PIPE, bn, bm, split_k, kc, stages, cw, tma)
+
+
+def tma_twins(m, n, k, limit=4):
+    """The tensor-map twins of the copy-warp pipe plans offered for a shape (not offered yet)."""
+    return [p for p in cuda_plans.pipe_plans(m, n, k, limit=2 * limit, tma=True) if p.tma][:limit]
 
 
 # ---- CPU ----------------------------------------------------------------------------------------
@@ -106,8 +111,9 @@ def test_offered_pipe_plans_run_ahead_and_lead_with_a_copy_warp(shape):
 def test_table_entries_of_either_plan_type_round_trip(monkeypatch):
     """The tuner writes table entries as plain tuples; a pipe entry's first field names its type."""
     entry = tuple(pipe(128, 256, 4))
-    assert entry == ("pipe", 128, 256, 4, 64, 4, 0)
+    assert entry == ("pipe", 128, 256, 4, 64, 4, 0, 0)
     assert cuda_plans.PipePlan(*entry[:6]) == pipe(128, 256, 4)  # entries written before the cw field
+    assert cuda_plans.PipePlan(*entry[:7]) == pipe(128, 256, 4)  # and before the tma field
     monkeypatch.setitem(cuda_plans.PLANS, (256, 3072, 1536), entry)
     assert cuda_plans.table_plan(256, 3072, 1536) == pipe(128, 256, 4)
     assert cuda_plans.table_plan(200, 3072, 1536) == pipe(128, 256, 4)  # same M class
@@ -115,7 +121,7 @@ def test_table_entries_of_either_plan_type_round_trip(monkeypatch):
 
 
 def test_pipe_labels_are_unique_and_distinct_from_mma_sync_labels():
-    plans = {p for shape in TASK_SHAPES for p in cuda_plans.pipe_plans(*shape, limit=40)}
+    plans = {p for shape in TASK_SHAPES for p in cuda_plans.pipe_plans(*shape, limit=40, tma=True)}
     labels = {cuda.plan_label(p) for p in plans}
     assert len(labels) == len(plans) and all(label.startswith("p.") and " " not in label for label in labels)
     assert cuda.plan_label(pipe(128, 256, 4)) == "p.n128.m256.s4.k64.q4"
@@ -182,12 +188,65 @@ def _ptxas_report(n, k, plan, out_dir):
     return plan, built.returncode, built.stdout + built.stderr
 
 
+def test_tensor_map_copies_need_one_copy_warp_and_are_named():
+    plan = pipe(128, 64, 2, stages=9, cw=1, tma=1)
+    assert cuda_plans.is_valid(64, 7168, 2048, plan)
+    assert not cuda_plans.is_valid(64, 7168, 2048, plan._replace(cw=0))
+    assert not cuda_plans.is_valid(64, 7168, 2048, plan._replace(cw=2))
+    assert cuda.plan_label(plan) == "p.n128.m64.s2.k64.q9.w1.t" and cuda.plan_family(plan) == "pipe.tma.sk"
+    assert "-DCOPY_TMA=1" in cuda_plans.compile_options(7168, 2048, plan)
+    assert not any("COPY_TMA" in o for o in cuda_plans.compile_options(7168, 2048, plan._replace(tma=0)))
+    assert cuda_plans.smem_bytes(64, 7168, 2048, plan) == cuda_plans.smem_bytes(64, 7168, 2048, plan._replace(tma=0))
+
+
+@pytest.mark.parametrize("shape", BENCH_SHAPES)
+def test_tensor_map_twins_are_not_offered_before_their_gpu_run(shape, h200, monkeypatch):
+    assert not cuda.PIPE_TMA_MEMCHECKED
+    assert not any(getattr(p, "tma", 0) for p in cuda.candidates(*shape, torch.device("cuda")))
+    twins = tma_twins(*shape)
+    assert twins and all(p._replace(tma=0) in cuda_plans.pipe_plans(*shape, limit=8) for p in twins)
+
+
+def test_tensor_map_boxes_tile_the_stage_as_the_copies_do():
+    """The kernel's boxes (issue_chunk_tma) against its cp.async pieces (issue_chunk), modelled on the
+    stage's byte offsets: each destination 16-byte unit gets the same source unit, and every
+    scale-byte read (convert_b_block) lands inside the chunk's scale box."""
+    k, bm, bn = 640, 32, 128
+    for kc in (64, 128):
+        nb = kc // 32
+        for chunk in range(-(-k // kc)):
+            k0, block0 = chunk * kc, chunk * kc // 32
+            boxes = {}  # A: per k8 group a [bm rows x 16 B] box; unit (g, row) from (row, k0 + 8 g)
+            for g in range(kc // 8):
+                for row in range(bm):
+                    boxes[("a", g * bm + row)] = (row, k0 + 8 * g)
+            pieces = {}
+            for p in range(bm * kc // 8):
+                kg = ((p >> 5) // (bm // 8)) * 4 + ((p >> 3) & 3)
+                row = ((p >> 5) % (bm // 8)) * 8 + (p & 7)
+                pieces[("a", kg * bm + row)] = (row, k0 + kg * 8)
+            for p in range(bn * nb):
+                b, row = (p >> 3) % nb, (p // (8 * nb)) * 8 + (p & 7)
+                pieces[("b", b * bn + row)] = (row, (block0 + b) * 16)
+            for b in range(nb):
+                for row in range(bn):
+                    boxes[("b", b * bn + row)] = (row, (block0 + b) * 16)
+            assert boxes == pieces, (kc, chunk)
+            x0 = (block0 >> 3) * 256 + (block0 & 3) * 64  # the scale box: nb * 64 bytes of each group
+            for b in range(nb):
+                block = block0 + b
+                piece = (block >> 3) * 256 + (block & 3) * 64  # the cp.async path's 64-byte piece
+                assert x0 + b * 64 == piece and piece + 64 <= x0 + nb * 64 <= (block >> 3) * 256 + 256
+
+
 def test_every_offered_pipe_plan_builds_without_spills(tmp_path):
-    """nvcc -arch=sm_90a of each pipe plan offered for the benchmark shapes: no spills, no local
-    memory in the kernel, registers within the budget `pipe_is_valid` assumes."""
+    """nvcc -arch=sm_90a of each pipe plan offered for the benchmark shapes, and of their tensor-map
+    twins: no spills, no local memory in the kernel, registers within the budget `pipe_is_valid`
+    assumes."""
     if shutil.which("nvcc") is None:
         pytest.skip("no nvcc")
-    work = [(n, k, plan) for m, n, k in BENCH_SHAPES for plan in cuda_plans.pipe_plans(m, n, k)]
+    work = [(n, k, plan) for m, n, k in BENCH_SHAPES
+            for plan in cuda_plans.pipe_plans(m, n, k) + tma_twins(m, n, k, limit=2)]
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         reports = list(pool.map(lambda w: _ptxas_report(*w, tmp_path), work))
     for plan, code, report in reports:
@@ -218,7 +277,7 @@ def _check(m, n, k, plan, seed=0):
 def test_every_offered_pipe_plan_on_the_task_shapes(shape):
     if not _sm90():
         pytest.skip("needs sm_90 (wgmma)")
-    plans = cuda_plans.pipe_plans(*shape)
+    plans = cuda_plans.pipe_plans(*shape) + tma_twins(*shape)
     build_concurrently(*shape, torch.device("cuda"), plans)
     for plan in plans:
         _check(*shape, plan, seed=21)
@@ -230,7 +289,9 @@ def test_every_offered_pipe_plan_on_the_task_shapes(shape):
 ODD_PLANS = [pipe(64, 16, 1), pipe(128, 32, 2), pipe(128, 64, 2, kc=128, stages=3), pipe(192, 128, 3),
              pipe(64, 256, 2, stages=3), pipe(128, 256, 2, stages=5), pipe(256, 64, 3, kc=128, stages=3),
              pipe(64, 16, 1, stages=16, cw=1), pipe(128, 32, 2, stages=7, cw=2), pipe(256, 64, 3, stages=9, cw=1),
-             pipe(128, 128, 2, kc=128, stages=4, cw=1)]
+             pipe(128, 128, 2, kc=128, stages=4, cw=1),
+             pipe(64, 16, 1, stages=16, cw=1, tma=1), pipe(192, 64, 3, stages=9, cw=1, tma=1),
+             pipe(128, 256, 2, stages=4, cw=1, tma=1), pipe(128, 64, 2, kc=128, stages=5, cw=1, tma=1)]
 
 
 @pytest.mark.gpu
@@ -269,7 +330,9 @@ def test_one_build_serves_every_m():
 
 EXTREME_PLANS = [((256, 3072, 1536), pipe(128, 256, 4)), ((64, 7168, 2048), pipe(128, 64, 2, kc=128, stages=3)),
                  ((33, 480, 1600), pipe(192, 64, 3)), ((16, 2112, 7168), pipe(64, 16, 4)),
-                 ((64, 7168, 2048), pipe(256, 64, 4, stages=9, cw=1)), ((256, 3072, 1536), pipe(128, 128, 2, stages=9, cw=1))]
+                 ((64, 7168, 2048), pipe(256, 64, 4, stages=9, cw=1)), ((256, 3072, 1536), pipe(128, 128, 2, stages=9, cw=1)),
+                 ((64, 7168, 2048), pipe(128, 64, 2, stages=9, cw=1, tma=1)),
+                 ((16, 2112, 7168), pipe(64, 16, 4, kc=128, stages=8, cw=1, tma=1))]
 
 
 @pytest.mark.gpu

@@ -9,14 +9,15 @@ repetition by repetition so drift hits them alike, medians.
         Eager host cost per call, back to back without flush: custom_kernel (validation + dispatch +
         launch) vs the bare runner vs one torch.mm of the same size.
     python3 tools/cuda_lab.py plans [--max-plans 8] [--plans "M,N,K:PLAN ..."]
-        Plans of each shape (default: its pipe plans, backends/cuda/mxfp4_gemm_sm90_pipe.cu) against
+        Plans of each shape (default: its pipe plans with the tensor-map twins of the copy-warp
+        ones, backends/cuda/mxfp4_gemm_sm90_pipe.cu) against
         the table's plan and cuBLAS bf16 on pre-dequantized operands (bf16_matmul); every plan checked
         once.
     python3 tools/cuda_lab.py once 16,2112,7168 [--plan PLAN]
         One call of one shape, for a profiler: ncu -k mxfp4_gemm -c 1 python3 tools/cuda_lab.py once ...
 
 Shapes default to the 6 benchmark shapes and plans to the table's; a PLAN is the cuda Plan's
-fields, comma-separated (e.g. 64,8,1,1,2,4,0), a PipePlan's (e.g. pipe,256,64,4,64,9,1) or dq. Every
+fields, comma-separated (e.g. 64,8,1,1,2,4,0), a PipePlan's (e.g. pipe,256,64,4,64,9,1; a last field 1 for tensor-map copies) or dq. Every
 subcommand takes --reps and --out FILE.json. The timing builds of the kernels (phase timelines,
 ablations, option sets) are at the tag cuda-lab-2026-12-04.
 """
@@ -170,7 +171,7 @@ def plans_work(args, device):
         for shape, plan in parse_work("", args.plans):
             work.setdefault(shape, []).append(plan)
         return list(work.items())
-    return [((m, n, k), cuda_plans.pipe_plans(m, n, k, cuda.compute_units(device))[: args.max_plans])
+    return [((m, n, k), cuda_plans.pipe_plans(m, n, k, cuda.compute_units(device), tma=True)[: args.max_plans])
             for (m, n, k), _ in parse_work(args.shapes, "")]
 
 

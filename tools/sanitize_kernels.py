@@ -53,7 +53,8 @@ def _cuda_table_plans(m, n, k):
         if plan not in plans and cuda_plans.is_valid(m, n, k, plan):
             plans.append(plan)
     if torch.cuda.get_device_capability() == (9, 0):
-        plans += [plan for plan in cuda_plans.pipe_plans(m, n, k) if plan not in plans]
+        # with the tensor-map twins of the copy-warp plans (offered once they pass here too)
+        plans += [plan for plan in cuda_plans.pipe_plans(m, n, k, tma=True) if plan not in plans]
     return plans
 
 

@@ -53,6 +53,9 @@ PIPE_CANDIDATES = 4  # pipe plans offered after the mma.sync plans (sm_90 only; 
 # (tools/sanitize_kernels.py covers the pipe plans either way): the pipe kernel has
 # (notes/verification.md).
 PIPE_MEMCHECKED = True
+# The pipe plans' tensor-map copy mode (`tma`) has not run on a GPU yet: offered once its GPU tests and
+# tools/sanitize_kernels.py (which covers it either way) have passed on an H200.
+PIPE_TMA_MEMCHECKED = False
 
 
 @functools.lru_cache(maxsize=256)
@@ -63,7 +66,7 @@ def _candidates(m, n, k, units, pipe):
     if DequantPlan() != first:
         plans.append(DequantPlan())
     if pipe:
-        plans += [plan for plan in pipe_plans(m, n, k, units, PIPE_CANDIDATES) if plan != first]
+        plans += [plan for plan in pipe_plans(m, n, k, units, PIPE_CANDIDATES, PIPE_TMA_MEMCHECKED) if plan != first]
     return plans
 
 
@@ -88,12 +91,12 @@ def plan_label(plan) -> str:
     """E.g. "m32w6t2k2s1c2r2": rows of M, warps along N, tiles per warp, warps along K, split-K,
     then cn and ring where they differ from their defaults. A pipe plan:
     "p.n128.m256.s4.k64.q4" (rows of N and M per CTA, split-K, K per chunk, stages), then ".w1" for
-    copy warps where there are any. The DequantPlan: "dq.cublas"."""
+    copy warps where there are any and ".t" for tensor-map copies. The DequantPlan: "dq.cublas"."""
     if isinstance(plan, DequantPlan):
         return "dq.cublas"
     if isinstance(plan, PipePlan):
         label = f"p.n{plan.bn}.m{plan.bm}.s{plan.split_k}.k{plan.kc}.q{plan.stages}"
-        return label + (f".w{plan.cw}" if plan.cw else "")
+        return label + (f".w{plan.cw}" if plan.cw else "") + (".t" if plan.tma else "")
     label = f"m{plan.bm}w{plan.wn}t{plan.nt}k{plan.wk}s{plan.split_k}"
     return label + (f"c{plan.cn}" if plan.cn != 1 else "") + (f"r{plan.ring}" if plan.ring else "")
 
@@ -103,7 +106,7 @@ def plan_family(plan) -> str:
     if isinstance(plan, DequantPlan):
         return "dq"
     if isinstance(plan, PipePlan):
-        return "pipe" + (".sk" if plan.split_k > 1 else "")
+        return "pipe" + (".tma" if plan.tma else "") + (".sk" if plan.split_k > 1 else "")
     return "mma" + (".sk" if plan.split_k > 1 else "")
 
 
@@ -158,10 +161,28 @@ def make_launcher(m: int, n: int, k: int, device: torch.device, plan):
     api = runtime.api_for(device)
     api.check(api.drv.cuFuncSetAttribute(function.handle, _MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
               "cuFuncSetAttribute")
+    if isinstance(plan, PipePlan) and plan.tma:
+        return _tma_launcher(m, n, k, device, plan, function.launcher("ppppiTTT"), dims, block, shared)
     launch = function.launcher("ppppi")
 
     def run(a, b_q, b_scale_sh, out):
         launch(dims, block, shared, a, b_q, b_scale_sh, out, m)
+
+    return run
+
+
+def _tma_launcher(m, n, k, device, plan, launch, dims, block, shared):
+    """launch(a, b_q, b_scale_sh, out) of a pipe plan with tensor-map copies: the three maps are
+    encoded per call (they hold the tensors' addresses; host work only, fresh maps so that calls
+    from several threads do not share them), boxes as the kernel's stage layout reads them."""
+    scale_cols = (k // 32 + 7) // 8 * 8
+
+    def run(a, b_q, b_scale_sh, out):
+        a_map = runtime.tensor_map_2d(device, a.data_ptr(), 2, m, k, 2 * k, plan.bm, 8)
+        b_map = runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, plan.bn, 16)
+        s_map = runtime.tensor_map_2d(device, b_scale_sh.data_ptr(), 1, -(-n // 32), scale_cols * 32, scale_cols * 32,
+                                      plan.bn // 32, plan.kc // 32 * 64)
+        launch(dims, block, shared, a, b_q, b_scale_sh, out, m, a_map, b_map, s_map)
 
     return run
 

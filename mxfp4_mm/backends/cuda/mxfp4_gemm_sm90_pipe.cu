@@ -29,6 +29,10 @@
 // chunks ahead, gated per stage by mbarriers (`full`: the copies landed; `empty`: the MMAs that
 // read the stage are done). The warpgroups wait on `full`, convert, and meet once per chunk at a
 // named barrier that excludes the copy warps; their fences no longer wait on copies in flight.
+// COPY_TMA (with one copy warp): its first lane issues each chunk as tensor-map copies (TMA:
+// cp.async.bulk.tensor, one box per A k8 group, per B block and one for the scales, the stage's
+// layout exactly; rows and blocks past the tensors arrive as zeros) completing on `full` by their
+// byte count, so one thread keeps the whole ring in flight.
 // The proxy fence is CTA-scoped (`fence.proxy.async.shared::cta`; the plain `fence.proxy.async`
 // compiles to MEMBAR.ALL.GPU). On the H200 the two time the same (notes/cuda.md).
 //
@@ -40,7 +44,8 @@
 //
 // Compile-time configuration (-D): GN GK (shape), BN (rows of N per CTA: 64 per warpgroup),
 // BM (rows of M per CTA: the wgmma n), SPLITK (CTAs along K), KC (K per chunk: 64 or 128),
-// STAGES (stage ring slots, >= 3), COPY_WARPS (warps that only issue copies; 0: every thread).
+// STAGES (stage ring slots, >= 3), COPY_WARPS (warps that only issue copies; 0: every thread),
+// COPY_TMA (1: the copy warp issues tensor-map copies; the launch then passes three maps).
 // plans.py's compile_options writes COPY_WARPS only where it differs from its default; without GN
 // the file builds a default plan.
 
@@ -55,6 +60,9 @@
 #endif
 #ifndef COPY_WARPS
 #define COPY_WARPS 0
+#endif
+#ifndef COPY_TMA
+#define COPY_TMA 0
 #endif
 
 #include "mxfp4_exact.h"
@@ -86,6 +94,7 @@ static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "BM: a
 static_assert(KC == 64 || KC == 128, "KC");
 static_assert(STAGES >= 3, "STAGES: a stage is refilled two chunks after its MMAs were issued");
 static_assert(COPY_WARPS >= 0 && COPY_WARPS <= 2, "COPY_WARPS");
+static_assert(!COPY_TMA || COPY_WARPS == 1, "COPY_TMA: one copy warp");
 static_assert(SPLITK >= 1 && SPLITK <= 8 && SPLITK <= NCHUNK, "SPLITK");
 
 #if SPLITK > 1
@@ -159,6 +168,21 @@ __device__ __forceinline__ void issue_chunk(const Tile& tile, u8* stage, int lc,
         cp_async16(bs_dst + ((group * NB + b) * 4 + j) * 16, valid ? src : tile.b_scale_sh, valid);
     }
     cp_async_commit();
+}
+
+// Chunk `lc` into `stage` through the tensor maps, by one thread: A [M rows x 8 bf16] boxes at each k8
+// group, B codes [N rows x 16 bytes] boxes at each block, and the scales as [32-row groups x bytes]
+// (a chunk's NB <= 4 blocks are NB * 64 contiguous bytes of each group's 256: they never straddle a
+// 4-block boundary, since chunks start at multiples of NB). All complete on `full`.
+__device__ __forceinline__ void issue_chunk_tma(const TensorMap& a_map, const TensorMap& b_map, const TensorMap& s_map,
+                                                const Tile& tile, u8* stage, int lc, unsigned long long* full) {
+    const int k0 = (tile.chunk_begin + lc) * KC, block0 = k0 / 32;
+    mbar_arrive_expect_bytes(full, STAGE_BYTES);
+#pragma unroll
+    for (int g = 0; g < KC / 8; ++g) tma_box(stage + g * BM * 16, a_map, k0 + 8 * g, tile.m0, full);
+#pragma unroll
+    for (int b = 0; b < NB; ++b) tma_box(stage + A_STAGE + b * BN * 16, b_map, (block0 + b) * 16, tile.n0, full);
+    tma_box(stage + A_STAGE + BQ_STAGE, s_map, (block0 >> 3) * 256 + (block0 & 3) * 64, tile.n0 / 32, full);
 }
 
 // ---- conversion of one chunk into the two wgmma operands ---------------------------------------
@@ -295,7 +319,12 @@ __device__ __forceinline__ void issue_chunk_mmas(float (&acc)[BM / 8][4], u32 b_
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1) CLUSTER_ATTR
 mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh,
-                u16* __restrict__ c, const int m_size) {
+                u16* __restrict__ c, const int m_size
+#if COPY_TMA
+                , const __grid_constant__ TensorMap a_map, const __grid_constant__ TensorMap b_map,
+                const __grid_constant__ TensorMap s_map
+#endif
+                ) {
     extern __shared__ __align__(128) u8 smem[];
     u8* const b_ops = smem + STAGES * STAGE_BYTES;
     // The warp index through a shuffle: ptxas then knows the roles below are warp-uniform and keeps
@@ -333,18 +362,26 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
     __shared__ unsigned long long full[STAGES], empty[STAGES];
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(&full[s], ISSUERS);
+            mbar_init(&full[s], COPY_TMA ? 1 : ISSUERS);
             mbar_init(&empty[s], CONVERTERS);
         }
+        if (COPY_TMA) mbar_init_fence();
     }
     __syncthreads();
     if (!converts) {
 #pragma unroll 1
         for (int lc = 0; lc < chunks; ++lc) {
             const int s = lc % STAGES;
+#if COPY_TMA
+            (void)issuer;
+            if (lane != 0) break;
+            if (lc >= STAGES) mbar_wait(&empty[s], (lc / STAGES - 1) & 1);
+            issue_chunk_tma(a_map, b_map, s_map, tile, smem + s * STAGE_BYTES, lc, &full[s]);
+#else
             if (lc >= STAGES) mbar_wait(&empty[s], (lc / STAGES - 1) & 1);
             issue_chunk(tile, smem + s * STAGE_BYTES, lc, issuer);
             mbar_arrive_on_copies(&full[s]);
+#endif
         }
     } else {
 #pragma unroll 1

@@ -25,8 +25,9 @@ Plan = collections.namedtuple("Plan", "bm wn nt wk split_k cn ring", defaults=(1
 # bm: rows of M per CTA (the wgmma n); split_k: CTAs along K (one cluster); kc: K per pipeline
 # chunk; stages: slots of the copy ring (chunks are copied stages - 2 ahead, or stages ahead with
 # copy warps; enough stages copy a CTA's whole K range up front); cw: warps after the warpgroups that
-# only issue the copies (0: every thread does).
-PipePlan = collections.namedtuple("PipePlan", "kind bn bm split_k kc stages cw", defaults=(64, 4, 0))
+# only issue the copies (0: every thread does); tma: 1 = the copy warp issues tensor-map copies
+# (one thread keeps the ring in flight; needs cw = 1).
+PipePlan = collections.namedtuple("PipePlan", "kind bn bm split_k kc stages cw tma", defaults=(64, 4, 0, 0))
 PIPE = "pipe"
 # Both operands dequantized to bf16 by mxfp4_dequant_sm90.cu, then one cuBLAS bf16 GEMM (torch.mm):
 # two launches and N*K*2 bytes of bf16 B per call, for shapes where the MMAs dominate. kind: "dq".
@@ -117,6 +118,8 @@ def compile_options(n: int, k: int, plan) -> tuple:
         values = dict(GN=n, GK=k, BN=plan.bn, BM=plan.bm, SPLITK=plan.split_k, KC=plan.kc, STAGES=plan.stages)
         if plan.cw:
             values["COPY_WARPS"] = plan.cw
+        if plan.tma:
+            values["COPY_TMA"] = 1
         return tuple(f"-D{key}={value}" for key, value in values.items())
     values = dict(GN=n, GK=k, BM=plan.bm, WN=plan.wn, NT=plan.nt, WK=plan.wk, SPLITK=plan.split_k)
     if plan.cn > 1:
@@ -279,6 +282,7 @@ def pipe_is_valid(m: int, n: int, k: int, plan) -> bool:
     threads = pipe_threads(plan) if plan.bn in PIPE_BNS else 0
     return (plan.bn in PIPE_BNS and plan.bm in PIPE_BMS and plan.kc in PIPE_KCS
             and 3 <= plan.stages <= PIPE_MAX_STAGES and plan.cw in (0, 1, 2)
+            and plan.tma in (0, 1) and (not plan.tma or plan.cw == 1)
             and 1 <= plan.split_k <= min(8, pipe_chunks(k, plan))
             and plan.bm // 2 + PIPE_OTHER_REGISTERS <= min(255, 65536 // threads)
             and pipe_smem_bytes(plan) + pipe_static_smem_bytes(plan) <= MAX_SMEM)
@@ -316,10 +320,11 @@ PIPE_VARIANTS = ((64, 1), (64, 0), (128, 1))
 PIPE_VARIANTS_PER_BASE = 2
 
 
-def pipe_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 8) -> list:
+def pipe_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 8, tma: bool = False) -> list:
     """Up to `limit` valid pipe plans: base plans (bm the smallest wgmma n covering M, and half of it
     for M > 64; every bn and split-K) by `pipe_cost`, each followed by its PIPE_VARIANTS (a copy
-    warp or not, chunks of 64 or 128) with the deepest copy ring that fits."""
+    warp or not, chunks of 64 or 128) with the deepest copy ring that fits; with `tma`, each
+    copy-warp variant's tensor-map twin first."""
     covering = next((bm for bm in PIPE_BMS if bm >= m), PIPE_BMS[-1])
     bms = {covering} | ({covering // 2} if m > 64 else set())
     bases = [PipePlan(PIPE, bn, bm, split_k) for bn in PIPE_BNS for bm in sorted(bms) for split_k in range(1, 9)]
@@ -328,6 +333,8 @@ def pipe_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 8)
     plans = []
     for index, base in enumerate(bases):
         variants = [base._replace(kc=kc, cw=cw) for kc, cw in PIPE_VARIANTS]
+        if tma:
+            variants = [twin for v in variants for twin in ([v._replace(tma=1), v] if v.cw == 1 else [v])]
         variants = [v._replace(stages=pipe_deep_stages(k, v)) for v in variants]
         variants = [v for v in variants if pipe_is_valid(m, n, k, v)]
         plans += variants if index == 0 else variants[:PIPE_VARIANTS_PER_BASE]
