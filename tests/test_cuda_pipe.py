@@ -144,7 +144,7 @@ def test_candidates_put_pipe_plans_last_once_memchecked(shape, h200, monkeypatch
     plans = cuda.candidates(*shape, device)
     pipes = [p for p in plans if isinstance(p, PipePlan)]
     assert plans[0] == cuda_plans.plan_for_shape(*shape)
-    assert pipes == cuda_plans.pipe_plans(*shape, 132, cuda.PIPE_CANDIDATES) == plans[len(plans) - len(pipes):]
+    assert pipes == cuda_plans.pipe_plans(*shape, 132, cuda.PIPE_CANDIDATES, cuda.PIPE_TMA_MEMCHECKED) == plans[len(plans) - len(pipes):]
     assert [p for p in plans if not isinstance(p, PipePlan)] == without
     assert len({cuda.plan_label(p) for p in plans}) == len(plans)
 
@@ -200,11 +200,13 @@ def test_tensor_map_copies_need_one_copy_warp_and_are_named():
 
 
 @pytest.mark.parametrize("shape", BENCH_SHAPES)
-def test_tensor_map_twins_are_not_offered_before_their_gpu_run(shape, h200, monkeypatch):
-    assert not cuda.PIPE_TMA_MEMCHECKED
+def test_tensor_map_twins_are_offered_only_once_memchecked(shape, h200, monkeypatch):
+    assert cuda.PIPE_TMA_MEMCHECKED
+    monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)
+    offered = [p for p in cuda.candidates(*shape, torch.device("cuda")) if getattr(p, "tma", 0)]
+    assert offered and all(p._replace(tma=0) in cuda_plans.pipe_plans(*shape, limit=8) for p in offered)
+    monkeypatch.setattr(cuda, "PIPE_TMA_MEMCHECKED", False)
     assert not any(getattr(p, "tma", 0) for p in cuda.candidates(*shape, torch.device("cuda")))
-    twins = tma_twins(*shape)
-    assert twins and all(p._replace(tma=0) in cuda_plans.pipe_plans(*shape, limit=8) for p in twins)
 
 
 def test_tensor_map_boxes_tile_the_stage_as_the_copies_do():

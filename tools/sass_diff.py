@@ -99,7 +99,7 @@ def plan_builds(kernel: str, shapes: str) -> list:
         if kernel == "pipe":
             plans = cuda_plans.pipe_plans(m, n, k)
         elif kernel == "candidates":  # what the tuner is offered on an H200 (132 SMs, pipe plans too)
-            plans = cuda._candidates(m, n, k, H200_UNITS, True)
+            plans = cuda._candidates(m, n, k, H200_UNITS, True, cuda.PIPE_TMA_MEMCHECKED)
         else:  # the table's plan and the cost model's first candidates
             plans = [cuda_plans.plan_for_shape(m, n, k)] + cuda_plans.ranked_plans(m, n, k, limit=8)
         for plan in plans:

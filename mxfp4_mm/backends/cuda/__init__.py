@@ -53,20 +53,20 @@ PIPE_CANDIDATES = 4  # pipe plans offered after the mma.sync plans (sm_90 only; 
 # (tools/sanitize_kernels.py covers the pipe plans either way): the pipe kernel has
 # (notes/verification.md).
 PIPE_MEMCHECKED = True
-# The pipe plans' tensor-map copy mode (`tma`) has not run on a GPU yet: offered once its GPU tests and
-# tools/sanitize_kernels.py (which covers it either way) have passed on an H200.
-PIPE_TMA_MEMCHECKED = False
+# The pipe plans' tensor-map copy mode (`tma`): its GPU tests and tools/sanitize_kernels.py under
+# memcheck passed on an H200 (2026-12-05, notes/verification.md), so its twins are offered too.
+PIPE_TMA_MEMCHECKED = True
 
 
 @functools.lru_cache(maxsize=256)
-def _candidates(m, n, k, units, pipe):
+def _candidates(m, n, k, units, pipe, tma):
     first = plan_for_shape(m, n, k, units)
     plans = [first] + [plan for plan in ranked_plans(m, n, k, units, MAX_CANDIDATES) if plan != first]
     plans = plans[:MAX_CANDIDATES]
     if DequantPlan() != first:
         plans.append(DequantPlan())
     if pipe:
-        plans += [plan for plan in pipe_plans(m, n, k, units, PIPE_CANDIDATES, PIPE_TMA_MEMCHECKED) if plan != first]
+        plans += [plan for plan in pipe_plans(m, n, k, units, PIPE_CANDIDATES, tma) if plan != first]
     return plans
 
 
@@ -84,7 +84,7 @@ def candidates(m: int, n: int, k: int, device: torch.device) -> list:
     """The plan `plan_for` picks; then the cost model's ranking of the mma.sync plan grid; then the
     DequantPlan; then, where `offers_pipe`, up to PIPE_CANDIDATES pipe plans by their cost model (2-6
     µs slower than the table on the H200, notes/cuda.md). No compilation."""
-    return list(_candidates(m, n, k, compute_units(device), offers_pipe(device)))
+    return list(_candidates(m, n, k, compute_units(device), offers_pipe(device), PIPE_TMA_MEMCHECKED))
 
 
 def plan_label(plan) -> str:
