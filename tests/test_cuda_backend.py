@@ -96,8 +96,9 @@ def test_plan_labels_are_short_and_unique():
     assert all(" " not in label and len(label) <= 20 for label in labels)
     assert cuda.plan_label(cuda_plans.Plan(32, 6, 2, 2, 1, 2, 2)) == "m32w6t2k2s1c2r2"
     assert cuda.plan_label(cuda_plans.DequantPlan()) == "dq.cublas" and cuda.plan_family(cuda_plans.DequantPlan()) == "dq"
-    # a thread per 32-value block of B and A, capped at 16 CTAs per SM (the kernel strides over the rest)
-    assert cuda_plans.dequant_grid(256, 3072, 1536) == (-(-(256 + 3072) * 48 // 256), 1, 1) == (624, 1, 1)
+    # a thread per 8 values of B and A, capped at 16 CTAs per SM (the kernel strides over the rest)
+    assert cuda_plans.dequant_grid(16, 2112, 512) == (-(-(16 + 2112) * 64 // 256), 1, 1) == (532, 1, 1)
+    assert cuda_plans.dequant_grid(256, 3072, 1536, compute_units=132) == (16 * 132, 1, 1)
     assert cuda_plans.dequant_grid(4096, 7168, 2048, compute_units=132) == (16 * 132, 1, 1)
 
 

@@ -3,7 +3,8 @@ flushed, events around one call, a fresh input set per repetition, variants inte
 repetition by repetition so drift hits them alike, medians.
 
     python3 tools/cuda_lab.py ab BEFORE.cu
-        The package's kernel source against another version of it, same plans, same process
+        The package's kernel source against another version of it (the file the plans build from),
+        same plans, same process
         (e.g. `git show REV:mxfp4_mm/backends/cuda/mxfp4_gemm_sm90.cu > before.cu`).
     python3 tools/cuda_lab.py host [--calls 2000]
         Eager host cost per call, back to back without flush: custom_kernel (validation + dispatch +
@@ -119,7 +120,8 @@ def ab(args, device, timer):
 
     def with_source(text, m, n, k, plan):
         original = cuda.read_source
-        cuda.read_source = lambda name: text if name == cuda.SOURCE else original(name)
+        replaced = cuda._source(plan) if plan is not None else cuda.SOURCE  # the kernel file the plan builds from
+        cuda.read_source = lambda name: text if name == replaced else original(name)
         try:
             return cuda.make_runner(m, n, k, device, plan)
         finally:

@@ -195,8 +195,8 @@ def _dequant_launcher(m, n, k, device, plan):
     dims = dequant_grid(m, n, k, compute_units(device))
 
     def run(a, b_q, b_scale_sh, out):
-        a_bf16 = torch.empty((m, k), dtype=torch.bfloat16, device=a.device)
-        b_bf16 = torch.empty((n, k), dtype=torch.bfloat16, device=a.device)
+        operands = torch.empty(((m + n) * k,), dtype=torch.bfloat16, device=a.device)  # one allocation
+        a_bf16, b_bf16 = operands[: m * k].view(m, k), operands[m * k:].view(n, k)
         dequantize(dims, (DEQUANT_THREADS, 1, 1), 0, a, b_q, b_scale_sh, a_bf16, b_bf16, m, n)
         torch.mm(a_bf16, b_bf16.t(), out=out)
 

@@ -4,8 +4,9 @@
 // value or a quantized A value has two significant bits and an exponent in [-128, 129], so
 // overflow (inf) and NaN scales come out as the reference's fp32 gives them.
 //
-// One thread per 32-value block: B blocks first (16 code bytes in, 64 bytes out), then A blocks
-// (64 bytes in and out). Compile-time: GK (K). M and N are launch arguments.
+// A thread per 8 values, so every warp access is contiguous: B units (4 code bytes in, 16 bytes out;
+// a warp stores 512 bytes at once), then A units (16 bytes in and out), 4 lanes per 32-value block
+// sharing its amax through two shuffles. Compile-time: GK (K). M and N are launch arguments.
 
 #include "mxfp4_exact.h"
 #include "mxfp4_fold_sm90.h"
@@ -32,55 +33,48 @@ __device__ __forceinline__ u32 scale_pair(u32 s) {
     return s == 255u ? 0x7FC07FC0u : s == 0u ? 0x00400040u : s * 0x00800080u;
 }
 
-__device__ void dequantize_b_block(const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh, u16* __restrict__ b_out,
-                                   int n, int kb) {
-    const uint4 codes = ld_global_nc(b_q + (size_t)n * (GK / 2) + kb * 16);
-    const u32 mult = scale_pair(b_scale_sh[scale_index(n, kb)]);
+constexpr int UNITS_PER_ROW = GK / 8;  // 8-value units of a row of B or A
+
+// B unit u: values 8j..8j+7 of row n, inside block j/4.
+__device__ __forceinline__ void dequantize_b_unit(const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh,
+                                                  u16* __restrict__ b_out, long long u) {
+    const int n = (int)(u / UNITS_PER_ROW), j = (int)(u % UNITS_PER_ROW);
+    const u32 codes = __ldg(reinterpret_cast<const u32*>(b_q + (size_t)n * (GK / 2)) + j);
+    const u32 mult = scale_pair(__ldg(b_scale_sh + scale_index(n, j >> 2)));
     constexpr u32 two_126 = 0x7E807E80u;  // e2m1 * 2^-126 * 2^126: exact, also for the subnormal 0.5
-    const u32 words[4] = {codes.x, codes.y, codes.z, codes.w};
-    uint4* dst = reinterpret_cast<uint4*>(b_out + (size_t)n * GK + kb * 32);
+    u32 v[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        u32 v[4];
-#pragma unroll
-        for (int b = 0; b < 4; ++b) v[b] = mul_bf16x2(mul_bf16x2(byte_pair(words[q], b), two_126), mult);
-        dst[q] = make_uint4(v[0], v[1], v[2], v[3]);
-    }
+    for (int b = 0; b < 4; ++b) v[b] = mul_bf16x2(mul_bf16x2(byte_pair(codes, b), two_126), mult);
+    *reinterpret_cast<uint4*>(b_out + (size_t)n * GK + j * 8) = make_uint4(v[0], v[1], v[2], v[3]);
 }
 
-__device__ void dequantize_a_block(const u16* __restrict__ a, u16* __restrict__ a_out, int m, int kb) {
-    const uint4* src = reinterpret_cast<const uint4*>(a + (size_t)m * GK + kb * 32);
-    uint4 raw[4];
+// A unit u (valid or not: every lane of the warp joins the block's shuffles); lanes 4i..4i+3 hold
+// one 32-value block, since u is warp-aligned at its base and a row has a multiple of 8 units.
+__device__ __forceinline__ void dequantize_a_unit(const u16* __restrict__ a, u16* __restrict__ a_out, long long u,
+                                                  bool valid) {
+    const size_t offset = (size_t)(u / UNITS_PER_ROW) * GK + (size_t)(u % UNITS_PER_ROW) * 8;
+    const uint4 raw = valid ? ld_global_nc(a + offset) : make_uint4(0u, 0u, 0u, 0u);
+    const u32 w[4] = {raw.x, raw.y, raw.z, raw.w};
     u32 amax = 0;
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        raw[q] = ld_global_nc(src + q);
-        const u32 w[4] = {raw[q].x, raw[q].y, raw[q].z, raw[q].w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) amax = max(amax, max(w[j] & 0x7FFFu, (w[j] >> 16) & 0x7FFFu));  // NaN sorts last
-    }
+    for (int j = 0; j < 4; ++j) amax = max(amax, max(w[j] & 0x7FFFu, (w[j] >> 16) & 0x7FFFu));  // NaN sorts last
+    amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+    amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
     const int e = block_exponent(amax);
-    uint4* dst = reinterpret_cast<uint4*>(a_out + (size_t)m * GK + kb * 32);
+    u32 v[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        const u32 w[4] = {raw[q].x, raw[q].y, raw[q].z, raw[q].w};
-        u32 v[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = pack_bf16x2(quant_dequant(w[j] & 0xFFFFu, e), quant_dequant(w[j] >> 16, e));
-        dst[q] = make_uint4(v[0], v[1], v[2], v[3]);
-    }
+    for (int j = 0; j < 4; ++j) v[j] = pack_bf16x2(quant_dequant(w[j] & 0xFFFFu, e), quant_dequant(w[j] >> 16, e));
+    if (valid) *reinterpret_cast<uint4*>(a_out + offset) = make_uint4(v[0], v[1], v[2], v[3]);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
 mxfp4_dequantize_operands(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh,
                           u16* __restrict__ a_out, u16* __restrict__ b_out, const int m_size, const int n_size) {
-    const long long b_blocks = (long long)n_size * KBLOCKS, blocks = b_blocks + (long long)m_size * KBLOCKS;
-    for (long long u = blockIdx.x * 256ll + threadIdx.x; u < blocks; u += (long long)gridDim.x * 256) {
-        if (u < b_blocks) {
-            dequantize_b_block(b_q, b_scale_sh, b_out, (int)(u / KBLOCKS), (int)(u % KBLOCKS));
-        } else {
-            const long long v = u - b_blocks;
-            dequantize_a_block(a, a_out, (int)(v / KBLOCKS), (int)(v % KBLOCKS));
-        }
-    }
+    const long long b_units = (long long)n_size * UNITS_PER_ROW, a_units = (long long)m_size * UNITS_PER_ROW;
+    const long long first = blockIdx.x * 256ll + threadIdx.x, step = (long long)gridDim.x * 256;
+    for (long long u = first; u < b_units; u += step) dequantize_b_unit(b_q, b_scale_sh, b_out, u);
+    // A: the loop runs from the warp's first lane, so all 32 lanes take the same trips
+    const int lane = threadIdx.x & 31;
+    for (long long base = first - lane; base < a_units; base += step)
+        dequantize_a_unit(a, a_out, base + lane, base + lane < a_units);
 }

@@ -91,9 +91,9 @@ def grid(m: int, n: int, plan):
 
 
 def dequant_grid(m: int, n: int, k: int, compute_units: int = 132):
-    """The DequantPlan kernel's grid: a thread per 32-value block of B and A, at most 16 CTAs per SM
+    """The DequantPlan kernel's grid: a thread per 8 values of B and of A, at most 16 CTAs per SM
     (the kernel strides over the rest)."""
-    return (max(1, min(-(-(m + n) * (k // 32) // DEQUANT_THREADS), 16 * compute_units)), 1, 1)
+    return (max(1, min(-(-(m + n) * (k // 8) // DEQUANT_THREADS), 16 * compute_units)), 1, 1)
 
 
 def is_valid(m: int, n: int, k: int, plan) -> bool:
