@@ -84,7 +84,8 @@ def candidates_for_arch(m: int, n: int, k: int, arch: str, compute_units: int):
 # tools/sanitize_kernels.py; both arches' plans, the gfx950 hardware-convert ones with the convert
 # emulated: the same loads). A faulting kernel takes the whole process down on AMD GPUs, so the
 # tuner is offered only these. The folded plans read with the same loads (A as the convert's bf16
-# pairs, B through the same layout code) and are offered on NVIDIA only.
+# pairs, B through the same layout code; their own memcheck: H100, 2026-12-05) and are offered on
+# NVIDIA only.
 MEMCHECKED_LAYOUTS = ("gather", "vector", "shuffled")
 
 
