@@ -1,6 +1,6 @@
 """tools/floor_ladder.py: the timing ladder's kernels build on the CPU (nvcc), its geometry rule
-refuses what the kernel cannot read, and on an H100/H200 every rung runs, writes a fresh C and
-leaves its split-K counters at zero."""
+refuses what the kernel cannot read, and on an H100/H200 every rung runs, writes a fresh C,
+leaves its split-K counters at zero and (the published-A rung) never gives up its wait."""
 
 import shutil
 import subprocess
@@ -83,6 +83,7 @@ def test_every_rung_runs_and_resets_its_counters():
         torch.cuda.synchronize()
         assert first.shape == (m, n) and first.dtype == torch.bfloat16 and first.data_ptr() != second.data_ptr()
         assert int(run.counters.abs().sum()) == 0, name
+        assert not run.gave_up(), name  # the published-A rung's CTAs were all resident
     for name, a_mode in floor_ladder.TMA_RUNGS:  # a wrong transaction count would hang here
         run = floor_ladder.make_tma_runner(m, n, k, torch.device("cuda"), bn, split, a_mode)
         first, second = run(data[0], data[2], data[3], data[4]), run(data[0], data[2], data[3], data[4])

@@ -12,6 +12,14 @@ dropped), so each rung's time above the previous one is what that structure cost
                  scales over its K range, and 1/tiles of A's rows there (A read once in all)
   A bf16         every CTA reads all of A's rows over its K range, as bf16 (what the kernels do)
   A compact      the same rows as quantized codes + scales (a quarter of the bytes and a bit more)
+  A published    A compact, but made in the same launch: every CTA first reads its 1/G share of A's
+                 bf16 bytes and writes a compact share (the bytes a quantizer would write) to a
+                 scratch, counts itself on a counter (release), reads its B, then waits until all G
+                 CTAs have counted (acquire; a per-call epoch, no reset) and reads its compact rows
+                 from the scratch. Its time above `A compact` is what quantizing A once per call in
+                 the GEMM's own launch costs (next.md, "What the targets ask of a kernel"); it needs
+                 every CTA resident at once (the geometries here are one or two CTAs an SM; the wait
+                 gives up after ~2^22 polls and the run reports it, rather than hang)
   ..., 12 loads  pattern and A compact again with 12 loads in flight per thread instead of 4 (48 KB a
                  CTA, nearer what the shipped kernel issues up front; 16 would spill)
   + cluster sum  A bf16, then partial tiles summed through the cluster's shared memory
@@ -50,11 +58,13 @@ from mxfp4_mm.backends import cuda  # noqa: E402
 GEOMETRY = {(4, 2880, 512): (64, 2), (16, 2112, 7168): (64, 4), (32, 4096, 512): (64, 2),
             (32, 2880, 512): (64, 2), (64, 7168, 2048): (128, 2), (256, 3072, 1536): (128, 6)}
 THREADS = 256
-# (name, A_MODE, REDUCE, LOADS): A_MODE 0 = A once in all, 1 = bf16 per tile, 2 = compact per tile;
+# (name, A_MODE, REDUCE, LOADS): A_MODE 0 = A once in all, 1 = bf16 per tile, 2 = compact per tile,
+# 3 = compact per tile, published by the launch itself;
 # REDUCE 0 = none (split s writes C rows s mod SPLIT), 1 = cluster shared memory, 2 = global + counter;
 # LOADS: 16-byte loads each thread has in flight before it uses any.
 RUNGS = (("pattern", 0, 0, 4), ("pattern, 12 loads", 0, 0, 12), ("A bf16", 1, 0, 4), ("A compact", 2, 0, 4),
-         ("A compact, 12 loads", 2, 0, 12), ("+ cluster sum", 1, 1, 4), ("+ global sum", 1, 2, 4))
+         ("A compact, 12 loads", 2, 0, 12), ("A published", 3, 0, 4), ("+ cluster sum", 1, 1, 4),
+         ("+ global sum", 1, 2, 4))
 
 SOURCE = r"""
 typedef unsigned int u32;
@@ -65,7 +75,8 @@ constexpr int TILES = GN / BN;
 constexpr int RB = KR / 32;                                  // 16-byte units of B codes per row
 constexpr int SCOLS = (GK / 32 + 7) / 8 * 8;                 // columns of the shuffled scales
 constexpr int SU = KR / 256 * 16;                            // scale units per 32-row group
-constexpr int RA = A_MODE == 2 ? KR * 17 / 512 : KR / 8;     // A units per row (compact or bf16)
+constexpr int RA = A_MODE >= 2 ? KR * 17 / 512 : KR / 8;     // A units per row (compact or bf16)
+constexpr u32 MAX_POLLS = 1u << 22;                          // A_MODE 3: give up rather than hang
 constexpr int B_UNITS = BN * RB, S_UNITS = BN / 32 * SU;
 static_assert(GN % BN == 0 && BN % 32 == 0 && KR % 256 == 0 && GK % KR == 0 && SPLIT == GK / KR, "geometry");
 
@@ -83,7 +94,7 @@ __device__ __forceinline__ const uint4* unit_address(const uint4* a, const uint4
         return s + ((u64)(n0 / 32 + u / SU) * SCOLS * 32 + (k0 / 256) * 256) / 16 + u % SU;
     u -= S_UNITS;
     const u32 r = u / RA, j = u % RA;
-    if (A_MODE == 2) return a + (u64)(split * m + r) * RA + j;
+    if (A_MODE >= 2) return a + (u64)(split * m + r) * RA + j;  // mode 3: `a` is the scratch
     const u32 row = A_MODE == 0 ? tile + r * TILES : r;
     return a + ((u64)row * GK * 2 + k0 * 2) / 16 + j;
 }
@@ -98,21 +109,76 @@ __device__ __forceinline__ u32 a_rows(int m, int tile) {
 #define CLUSTER_ATTR
 #endif
 
-extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_ATTR
-read_gemm_tiles(const uint4* __restrict__ a, const uint4* __restrict__ b, const uint4* __restrict__ s,
-                u16* __restrict__ c, float* __restrict__ partial, u32* __restrict__ counters, int m) {
-    const int tile = blockIdx.x, split = blockIdx.y, tid = threadIdx.x;
-    const u32 units = B_UNITS + S_UNITS + a_rows(m, tile) * RA;
+// Folds the CTA's units [begin, end), LOADS loads in flight per thread; `coherent` reads through L2
+// only (data written by this launch).
+__device__ __forceinline__ u32 fold_units(const uint4* a, const uint4* b, const uint4* s, int m, int tile,
+                                          int split, u32 begin, u32 end, bool coherent) {
     u32 acc = 0;
-    for (u32 base = tid; base < units; base += THREADS * LOADS) {
+    for (u32 base = begin + threadIdx.x; base < end; base += THREADS * LOADS) {
         uint4 v[LOADS];
 #pragma unroll
         for (int j = 0; j < LOADS; ++j) {
             const u32 u = base + j * THREADS;
-            v[j] = u < units ? __ldg(unit_address(a, b, s, m, tile, split, u)) : make_uint4(0u, 0u, 0u, 0u);
+            const uint4* p = unit_address(a, b, s, m, tile, split, u);
+            v[j] = u >= end ? make_uint4(0u, 0u, 0u, 0u) : coherent ? __ldcg(p) : __ldg(p);
         }
 #pragma unroll
         for (int j = 0; j < LOADS; ++j) acc ^= fold(v[j]);
+    }
+    return acc;
+}
+
+// A_MODE 3: this CTA's share of the compact A (SPLIT x m rows x RA units) from four bf16 units each,
+// then the release count. Returns the fold of what it read.
+__device__ __forceinline__ u32 publish_a_share(const uint4* a, uint4* scratch, u32* arrived, int m) {
+    const u32 ctas = gridDim.x * gridDim.y, cta = blockIdx.y * gridDim.x + blockIdx.x;
+    const u32 total = (u32)SPLIT * m * RA, begin = (u64)total * cta / ctas, end = (u64)total * (cta + 1) / ctas;
+    const u32 a_units = (u32)m * GK / 8;
+    u32 acc = 0;
+    for (u32 u = begin + threadIdx.x; u < end; u += THREADS) {
+        uint4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = __ldg(a + (4 * u + j) % a_units);
+        const uint4 out = make_uint4(fold(v[0]), fold(v[1]), fold(v[2]), fold(v[3]));
+        __stcg(scratch + u, out);
+        acc ^= out.x;
+    }
+    __threadfence();  // each thread's stores, then the count (the pattern a real quantizer would need)
+    __syncthreads();
+    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(arrived) : "memory");
+    return acc;
+}
+
+// A_MODE 3: until all CTAs have published (counter >= target); 0 if it gave up.
+__device__ __forceinline__ bool wait_for_a(const u32* arrived, u32 target) {
+    __shared__ bool ok;
+    if (threadIdx.x == 0) {
+        u32 seen = 0, polls = 0;
+        do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrived) : "memory");
+        while ((int)(seen - target) < 0 && ++polls < MAX_POLLS);
+        ok = (int)(seen - target) >= 0;
+    }
+    __syncthreads();
+    return ok;
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_ATTR
+read_gemm_tiles(const uint4* __restrict__ a, const uint4* __restrict__ b, const uint4* __restrict__ s,
+                u16* __restrict__ c, float* __restrict__ partial, u32* __restrict__ counters, int m,
+                u32* __restrict__ published, u32 target) {
+    const int tile = blockIdx.x, split = blockIdx.y, tid = threadIdx.x;
+    const u32 units = B_UNITS + S_UNITS + a_rows(m, tile) * RA;
+    u32 acc = 0;
+    if (A_MODE == 3) {  // A's share first, then B, then the wait, then A's compact rows
+        uint4* scratch = reinterpret_cast<uint4*>(partial);
+        acc = publish_a_share(a, scratch, published, m);
+        acc ^= fold_units(a, b, s, m, tile, split, 0, B_UNITS + S_UNITS, false);
+        if (!wait_for_a(published, target)) {
+            if (tid == 0) atomicOr(published + 1, 1u);  // reported by the host: the wait gave up
+        }
+        acc ^= fold_units(scratch, b, s, m, tile, split, B_UNITS + S_UNITS, units, true);
+    } else {
+        acc = fold_units(a, b, s, m, tile, split, 0, units, false);
     }
     const float value = __uint_as_float(acc & 0x3F7FFFFFu);  // finite, without meaning
     const int n0 = tile * BN, cells = m * BN;
@@ -323,17 +389,25 @@ def make_runner(m, n, k, device, bn, split, a_mode, reduce, loads=4):
         api = runtime.api_for(device)
         api.check(api.drv.cuFuncSetAttribute(function.handle, cuda._MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
                   "cuFuncSetAttribute")
-    launch = function.launcher("ppppppi")
+    launch = function.launcher("ppppppipI")
     tiles = n // bn
-    partial = torch.empty(split * tiles * m * bn if reduce == 2 else 1, dtype=torch.float32, device=device)
+    compact_floats = split * m * (k // split * 17 // 512) * 4  # A_MODE 3's scratch: 16-byte units
+    partial = torch.empty(split * tiles * m * bn if reduce == 2 else compact_floats if a_mode == 3 else 1,
+                          dtype=torch.float32, device=device)
     counters = torch.zeros(tiles, dtype=torch.int32, device=device)
+    published = torch.zeros(2, dtype=torch.int32, device=device)  # [arrivals (never reset), gave up]
+    calls = [0]
 
     def run(a, b_q, b_shuffle, b_scale_sh):
         out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
-        launch((tiles, split, 1), (THREADS, 1, 1), shared, a, b_q, b_scale_sh, out, partial, counters, m)
+        calls[0] += 1
+        target = calls[0] * tiles * split % 2**32  # every CTA of this call has arrived
+        launch((tiles, split, 1), (THREADS, 1, 1), shared, a, b_q, b_scale_sh, out, partial, counters, m,
+               published, target)
         return out
 
     run.counters = counters
+    run.gave_up = lambda: bool(int(published[1]))  # a wait that gave up: not every CTA was resident
     return run
 
 
@@ -366,6 +440,8 @@ def main(argv=None):
         if m <= 256 and bn <= 256:
             runs.update({name: make_tma_runner(m, n, k, device, bn, split, a_mode) for name, a_mode in TMA_RUNGS})
         medians = cuda_lab.interleaved_medians(runs, cuda_lab.input_sets(m, n, k, device), args.reps, timer)
+        if any(getattr(run, "gave_up", lambda: False)() for run in runs.values()):
+            print(f"{m}x{n}x{k}: a published-A wait gave up (CTAs not all resident): that rung's time is void")
         rows.append({"shape": [m, n, k], "bn": bn, "split": split, "us": medians})
         print(f"{m}x{n}x{k} BN {bn} split {split}".ljust(34)
               + "  ".join(f"{name} {us:6.2f}" for name, us in medians.items()), flush=True)
