@@ -89,3 +89,4 @@ def test_every_rung_runs_and_resets_its_counters():
         first, second = run(data[0], data[2], data[3], data[4]), run(data[0], data[2], data[3], data[4])
         torch.cuda.synchronize()
         assert first.shape == (m, n) and first.dtype == torch.bfloat16 and first.data_ptr() != second.data_ptr()
+        assert not run.gave_up(), name

@@ -30,6 +30,12 @@ dropped), so each rung's time above the previous one is what that structure cost
   TMA A bf16     the same, with all of A's rows over the K range in the same stages, as bf16
   TMA A codes    the same, with A's rows as packed codes instead (the compact A without its scale
                  bytes, 1/17 of it)
+  TMA A published  (geometries of at most one CTA per SM) TMA A codes, the codes made by the launch itself: the copy thread issues the first
+                 STAGES chunks' B boxes, the other warps meanwhile read the CTA's 1/G share of A's bf16
+                 bytes and store its packed codes to a scratch and count the CTA (release); the copy
+                 thread waits for all G (acquire), then issues the A boxes from the scratch. Its time
+                 above `TMA A codes` is what quantizing A once per call costs when B's copies are
+                 already in flight (the same residency caveat as `A published`)
   The TMA rungs ask whether a GEMM fed by one copy thread reads at the floor's rate with one CTA an
   SM, where the rungs above hold 16 or 48 KB in flight a CTA and the floor path 128 KB an SM.
 
@@ -229,7 +235,7 @@ read_gemm_tiles(const uint4* __restrict__ a, const uint4* __restrict__ b, const 
 
 
 # (name, A_MODE): A_MODE 0 = no A, 1 = A bf16 per tile, 2 = A as packed codes per tile.
-TMA_RUNGS = (("TMA B", 0), ("TMA A bf16", 1), ("TMA A codes", 2))
+TMA_RUNGS = (("TMA B", 0), ("TMA A bf16", 1), ("TMA A codes", 2), ("TMA A published", 3))
 TMA_SHARED_BYTES = 200 * 1024  # the ring's budget; the rest of the 227 KB is left for the barriers
 TMA_MAX_STAGES = 16
 
@@ -247,7 +253,7 @@ typedef unsigned char u8;
 constexpr int SCOLS = (GK / 32 + 7) / 8 * 8;                       // columns of the shuffled scales
 constexpr int S_BYTES = BN / 32 * KR;                              // a 32-row group's K range: KR bytes
 constexpr int B_BOX = BN * KC / 2;
-constexpr int A_BOX = A_MODE == 1 ? AM * KC * 2 : A_MODE == 2 ? AM * KC / 2 : 0;
+constexpr int A_BOX = A_MODE == 1 ? AM * KC * 2 : A_MODE >= 2 ? AM * KC / 2 : 0;  // 3: codes from the scratch
 constexpr int STAGE = B_BOX + A_BOX;
 constexpr int CHUNKS = KR / KC;
 constexpr int CONSUMERS = THREADS - 32;
@@ -255,11 +261,43 @@ static_assert(GN % BN == 0 && BN % 32 == 0 && KR % 256 == 0 && GK % KR == 0 && S
 static_assert(KR % KC == 0 && KC % 64 == 0 && KC <= 256 && AM <= 256 && STAGES >= 1, "chunks");
 static_assert(STAGE % 128 == 0 && S_BYTES % 128 == 0, "copy destinations stay 128-byte aligned");
 
+constexpr u32 MAX_POLLS = 1u << 22;
+
 __device__ __forceinline__ u32 fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
+
+// A_MODE 3, the consumer warps: this CTA's 1/G share of A's packed codes (16 bytes from 32 bf16
+// values), stored to the scratch, then one release count for the CTA.
+__device__ __forceinline__ u32 publish_a_share(const uint4* a, uint4* scratch, u32* arrived, int m, int t) {
+    const u32 ctas = gridDim.x * gridDim.y, cta = blockIdx.y * gridDim.x + blockIdx.x;
+    const u32 total = (u32)m * GK / 32, begin = (u64)total * cta / ctas, end = (u64)total * (cta + 1) / ctas;
+    u32 acc = 0;
+    for (u32 u = begin + t; u < end; u += CONSUMERS) {
+        uint4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = __ldg(a + 4 * u + j);
+        const uint4 out = make_uint4(fold(v[0]), fold(v[1]), fold(v[2]), fold(v[3]));
+        __stcg(scratch + u, out);
+        acc ^= out.x;
+    }
+    asm volatile("bar.sync 1, %0;" :: "n"(CONSUMERS) : "memory");  // the consumers only
+    if (t == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(arrived) : "memory");
+    return acc;
+}
+
+// A_MODE 3, the copy thread: until all CTAs have published; then orders the async proxy's reads
+// (the A boxes) after the acquire. False if it gave up.
+__device__ __forceinline__ bool wait_for_a(const u32* arrived, u32 target) {
+    u32 seen = 0, polls = 0;
+    do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrived) : "memory");
+    while ((int)(seen - target) < 0 && ++polls < MAX_POLLS);
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    return (int)(seen - target) >= 0;
+}
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 read_gemm_tiles_tma(const __grid_constant__ TensorMap b_map, const __grid_constant__ TensorMap a_map,
-                    const u8* __restrict__ s, u16* __restrict__ c, int m) {
+                    const u8* __restrict__ s, u16* __restrict__ c, int m, const uint4* __restrict__ a_raw,
+                    uint4* __restrict__ scratch, u32* __restrict__ published, u32 target) {
     extern __shared__ __align__(1024) u8 smem[];
     __shared__ u64 full[STAGES], empty[STAGES], scales_landed;
     u8* const scales = smem + STAGES * STAGE;
@@ -280,16 +318,24 @@ read_gemm_tiles_tma(const __grid_constant__ TensorMap b_map, const __grid_consta
             mbar_arrive_expect_bytes(&scales_landed, S_BYTES);
             for (int g = 0; g < BN / 32; ++g)
                 bulk_copy(scales + g * KR, s + (u64)(n0 / 32 + g) * SCOLS * 32 + k0, KR, &scales_landed);
+            constexpr int DEFERRED = A_MODE == 3 ? (STAGES < CHUNKS ? STAGES : CHUNKS) : 0;
             for (int lc = 0; lc < CHUNKS; ++lc) {
                 const int st = lc % STAGES, k = k0 + lc * KC;
                 if (lc >= STAGES) mbar_wait(&empty[st], (lc / STAGES - 1) & 1);
                 mbar_arrive_expect_bytes(&full[st], STAGE);
                 tma_box(smem + st * STAGE, b_map, k / 2, n0, &full[st]);
-                if (A_MODE) tma_box(smem + st * STAGE + B_BOX, a_map, A_MODE == 1 ? k : k / 2, 0, &full[st]);
+                if (A_MODE == 3 && lc == DEFERRED - 1) {  // B of the first stages in flight: now A's
+                    if (!wait_for_a(published, target)) atomicOr(published + 1, 1u);
+                    for (int d = 0; d < DEFERRED; ++d)
+                        tma_box(smem + d * STAGE + B_BOX, a_map, (k0 + d * KC) / 2, 0, &full[d]);
+                } else if (A_MODE && (A_MODE != 3 || lc >= DEFERRED)) {
+                    tma_box(smem + st * STAGE + B_BOX, a_map, A_MODE == 1 ? k : k / 2, 0, &full[st]);
+                }
             }
         }
     } else {
         const int t = tid - 32;
+        if (A_MODE == 3) acc ^= publish_a_share(a_raw, scratch, published, m, t);
         mbar_wait(&scales_landed, 0);
         acc ^= reinterpret_cast<const u32*>(scales)[t % (S_BYTES / 4)];
         for (int lc = 0; lc < CHUNKS; ++lc) {
@@ -310,7 +356,7 @@ def tma_chunking(m, n, k, bn, split, a_mode):
     """(KC, STAGES): the widest chunk (256, 128 or 64 K) whose stage stays within 40 KB, and as many
     stages as the ring's budget holds."""
     kr = k // split
-    a_bytes_per_k = {0: 0, 1: 2 * m, 2: m / 2}[a_mode]
+    a_bytes_per_k = {0: 0, 1: 2 * m, 2: m / 2, 3: m / 2}[a_mode]
     for kc in (256, 128, 64):
         stage = bn * kc // 2 + int(a_bytes_per_k * kc)
         if kr % kc == 0 and (stage <= 40 * 1024 or kc == 64):
@@ -335,7 +381,7 @@ def tma_compile_options(m, n, k, bn, split, a_mode):
 
 def tma_shared_bytes(m, n, k, bn, split, a_mode):
     kc, stages = tma_chunking(m, n, k, bn, split, a_mode)
-    a_box = {0: 0, 1: m * kc * 2, 2: m * kc // 2}[a_mode]
+    a_box = {0: 0, 1: m * kc * 2, 2: m * kc // 2, 3: m * kc // 2}[a_mode]
     return stages * (bn * kc // 2 + a_box) + bn // 32 * (k // split) + 1024  # + the alignment of the ring
 
 
@@ -351,8 +397,13 @@ def make_tma_runner(m, n, k, device, bn, split, a_mode):
     api = runtime.api_for(device)
     api.check(api.drv.cuFuncSetAttribute(function.handle, cuda._MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
               "cuFuncSetAttribute")
-    launch = function.launcher("TTppi")
+    launch = function.launcher("TTppippI")
     b_map, a_map = runtime.TensorMap(), runtime.TensorMap()
+    scratch = torch.empty(m * k // 2 if a_mode == 3 else 16, dtype=torch.uint8, device=device)  # A's packed codes
+    published = torch.zeros(2, dtype=torch.int32, device=device)  # [arrivals (never reset), gave up]
+    ctas, calls = n // bn * split, [0]
+    if a_mode == 3:
+        runtime.tensor_map_2d(device, scratch.data_ptr(), 1, m, k // 2, k // 2, m, kc // 2, out=a_map)
 
     def run(a, b_q, b_shuffle, b_scale_sh):
         runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, bn, kc // 2, out=b_map)
@@ -361,9 +412,12 @@ def make_tma_runner(m, n, k, device, bn, split, a_mode):
         elif a_mode == 2:  # A's first M * K / 2 bytes read as packed codes
             runtime.tensor_map_2d(device, a.data_ptr(), 1, m, k // 2, k // 2, m, kc // 2, out=a_map)
         out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
-        launch((n // bn, split, 1), (THREADS, 1, 1), shared, b_map, a_map if a_mode else b_map, b_scale_sh, out, m)
+        calls[0] += 1
+        launch((n // bn, split, 1), (THREADS, 1, 1), shared, b_map, a_map if a_mode else b_map, b_scale_sh, out, m,
+               a, scratch, published, calls[0] * ctas % 2**32)
         return out
 
+    run.gave_up = lambda: bool(int(published[1]))  # a wait that gave up: not every CTA was resident
     return run
 
 
@@ -439,7 +493,9 @@ def main(argv=None):
         runs.update({name: make_runner(m, n, k, device, bn, split, a_mode, reduce, loads)
                      for name, a_mode, reduce, loads in RUNGS})
         if m <= 256 and bn <= 256:
-            runs.update({name: make_tma_runner(m, n, k, device, bn, split, a_mode) for name, a_mode in TMA_RUNGS})
+            units = torch.cuda.get_device_properties(device).multi_processor_count
+            runs.update({name: make_tma_runner(m, n, k, device, bn, split, a_mode) for name, a_mode in TMA_RUNGS
+                         if a_mode != 3 or n // bn * split <= units})  # its ring holds one CTA an SM
         medians = cuda_lab.interleaved_medians(runs, cuda_lab.input_sets(m, n, k, device), args.reps, timer)
         if any(getattr(run, "gave_up", lambda: False)() for run in runs.values()):
             print(f"{m}x{n}x{k}: a published-A wait gave up (CTAs not all resident): that rung's time is void")
