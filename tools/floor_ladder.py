@@ -397,7 +397,7 @@ def make_tma_runner(m, n, k, device, bn, split, a_mode):
     api = runtime.api_for(device)
     api.check(api.drv.cuFuncSetAttribute(function.handle, cuda._MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
               "cuFuncSetAttribute")
-    launch = function.launcher("TTppippI")
+    launch = function.launcher("TTppipppI")
     b_map, a_map = runtime.TensorMap(), runtime.TensorMap()
     scratch = torch.empty(m * k // 2 if a_mode == 3 else 16, dtype=torch.uint8, device=device)  # A's packed codes
     published = torch.zeros(2, dtype=torch.int32, device=device)  # [arrivals (never reset), gave up]
