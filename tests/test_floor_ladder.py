@@ -50,6 +50,33 @@ def test_every_tma_rung_compiles_without_spills_and_fits_shared_memory(tmp_path,
         assert "0 bytes spill stores" in built.stdout + built.stderr, name
 
 
+@pytest.mark.parametrize("shape", [(4, 2880, 512), (64, 7168, 2048), (256, 3072, 1536)])
+def test_every_mma_rung_compiles_for_sm90a_without_spills_and_fits_shared_memory(tmp_path, shape):
+    bn, split = floor_ladder.GEOMETRY[shape]
+    assert floor_ladder.mma_shared_bytes(*shape, bn, split) <= 227 * 1024
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    source = tmp_path / "ladder_mma.cu"
+    source.write_text(floor_ladder.mma_source(shape[0]))
+    for name, mma in floor_ladder.MMA_RUNGS:
+        options = floor_ladder.mma_compile_options(*shape, bn, split, mma)
+        built = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-Xptxas", "-v", f"-I{CUDA_ROOM}", *options, "-o",
+                                str(tmp_path / "ladder_mma.cubin"), str(source)], capture_output=True, text=True)
+        assert built.returncode == 0, (name, built.stderr[-2000:])
+        log = built.stdout + built.stderr
+        assert "0 bytes spill stores" in log and "serialized" not in log, (name, log[-2000:])
+        ptx = subprocess.run(["nvcc", "-arch=sm_90a", "-ptx", f"-I{CUDA_ROOM}", *options, "-o", "-", str(source)],
+                             capture_output=True, text=True).stdout
+        kind = "bf16.bf16" if mma == 1 else "e4m3.e4m3"
+        assert f"k{16 if mma == 1 else 32}.f32.{kind}" in ptx, name
+
+
+def test_mma_rungs_refuse_what_no_wgmma_holds():
+    assert [floor_ladder.mma_n(m) for m in (1, 4, 16, 17, 64, 65, 256, 257)] == [16, 16, 16, 32, 64, 128, 256, 0]
+    with pytest.raises(ValueError, match="multiple of 64"):
+        floor_ladder.check_mma_geometry(4, 2880, 512, 32, 2)
+
+
 def test_tma_chunks_are_whole_and_fill_the_ring():
     for (m, n, k), (bn, split) in floor_ladder.GEOMETRY.items():
         for name, a_mode in floor_ladder.TMA_RUNGS:
@@ -90,3 +117,8 @@ def test_every_rung_runs_and_resets_its_counters():
         torch.cuda.synchronize()
         assert first.shape == (m, n) and first.dtype == torch.bfloat16 and first.data_ptr() != second.data_ptr()
         assert not run.gave_up(), name
+    for name, mma in floor_ladder.MMA_RUNGS:  # likewise; and an illegal wgmma operand would fault here
+        run = floor_ladder.make_mma_runner(m, n, k, torch.device("cuda"), bn, split, mma)
+        first, second = run(data[0], data[2], data[3], data[4]), run(data[0], data[2], data[3], data[4])
+        torch.cuda.synchronize()
+        assert first.shape == (m, n) and first.dtype == torch.bfloat16 and first.data_ptr() != second.data_ptr()

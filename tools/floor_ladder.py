@@ -38,6 +38,12 @@ dropped), so each rung's time above the previous one is what that structure cost
                  already in flight (the same residency caveat as `A published`)
   The TMA rungs ask whether a GEMM fed by one copy thread reads at the floor's rate with one CTA an
   SM, where the rungs above hold 16 or 48 KB in flight a CTA and the floor path 128 KB an SM.
+  TMA B + bf16 MMA, TMA B + fp8 MMA
+                 `TMA B` with a producer warpgroup (one thread copies) and one consumer warpgroup per 64
+                 rows of BN that issues, per landed chunk, the GEMM's wgmmas for it (m64 x n(M, to a
+                 multiple of 8) x KC: bf16 k16 or e4m3 k32 steps, operands from shared memory, values
+                 without meaning), waits for them and frees the stage. Their time above `TMA B` is what
+                 the MMAs cost when nothing else (no conversion, no A, no split-K sum) competes.
 
 Every rung writes C once (values without meaning). Timed with the harness's method (caches flushed,
 events around one call), rungs interleaved per repetition, medians in µs.
@@ -236,6 +242,8 @@ read_gemm_tiles(const uint4* __restrict__ a, const uint4* __restrict__ b, const 
 
 # (name, A_MODE): A_MODE 0 = no A, 1 = A bf16 per tile, 2 = A as packed codes per tile.
 TMA_RUNGS = (("TMA B", 0), ("TMA A bf16", 1), ("TMA A codes", 2), ("TMA A published", 3))
+# (name, MMA): 1 = bf16 wgmma (k16 steps), 2 = e4m3 wgmma (k32 steps).
+MMA_RUNGS = (("TMA B + bf16 MMA", 1), ("TMA B + fp8 MMA", 2))
 TMA_SHARED_BYTES = 200 * 1024  # the ring's budget; the rest of the 227 KB is left for the barriers
 TMA_MAX_STAGES = 16
 
@@ -350,6 +358,172 @@ read_gemm_tiles_tma(const __grid_constant__ TensorMap b_map, const __grid_consta
         if ((i / BN) % SPLIT == split) c[(u64)(i / BN) * GN + n0 + i % BN] = (u16)(acc ^ i);
 }
 """
+
+
+def wgmma_e4m3_wrapper(n):
+    """wgmma m64n{n}k32 e4m3 x e4m3 -> f32, both operands from shared memory (the accumulator list
+    written out: the instruction names its n/2 registers)."""
+    regs = ", ".join(f"%{i}" for i in range(n // 2))
+    outs = ", ".join(f'"+f"(d[{i // 4}][{i % 4}])' for i in range(n // 2))
+    return (f"__device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[{n // 8}][4], u64 desc_a, u64 desc_b) {{\n"
+            f'    asm volatile("{{\\n.reg .pred accumulate;\\nsetp.ne.b32 accumulate, %{n // 2 + 2}, 0;\\n"\n'
+            f'                 "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 {{{regs}}}, %{n // 2}, '
+            f'%{n // 2 + 1}, accumulate, 1, 1;\\n}}\\n"\n'
+            f"                 : {outs}\n"
+            f'                 : "l"(desc_a), "l"(desc_b), "r"(1));\n}}\n')
+
+
+MMA_SOURCE = r"""
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef unsigned short u16;
+typedef unsigned char u8;
+#include "tma_sm90.h"    // mbarriers, tensor-map copies
+#include "wgmma_sm90a.h"  // wgmma_desc, fence/commit/wait, the bf16 "SS" wrappers
+
+constexpr int SCOLS = (GK / 32 + 7) / 8 * 8;
+constexpr int S_BYTES = BN / 32 * KR;
+constexpr int STAGE = BN * KC / 2;                 // B codes only
+constexpr int CHUNKS = KR / KC;
+constexpr int WGS = BN / 64;                       // consumer warpgroups
+constexpr int NTHREADS = 128 * (WGS + 1);          // warpgroup 0 produces
+constexpr int CONSUMERS = 128 * WGS;
+constexpr int WG_BYTES = 64 * KC / 2;              // one warpgroup's rows of a stage
+constexpr int STEPS = MMA == 1 ? KC / 16 : KC / 32;  // wgmmas per chunk (the GEMM's K per chunk)
+static_assert(BN % 64 == 0 && KR % KC == 0 && MN % 8 == 0 && MN <= 256 && WG_BYTES % 2048 == 0, "geometry");
+
+WGMMA_E4M3
+
+extern "C" __global__ void __launch_bounds__(NTHREADS)
+read_gemm_tiles_mma(const __grid_constant__ TensorMap b_map, const u8* __restrict__ s, u16* __restrict__ c, int m) {
+    extern __shared__ __align__(1024) u8 smem[];
+    __shared__ u64 full[STAGES], empty[STAGES], scales_landed;
+    u8* const scales = smem + STAGES * STAGE;
+    u8* const a_tile = scales + S_BYTES;  // the tokens' operand, MN rows x 32 bytes, never written: no meaning
+    const int tile = blockIdx.x, split = blockIdx.y, tid = threadIdx.x, wg = tid >> 7;
+    const int n0 = tile * BN, k0 = split * KR;
+    if (tid == 0) {
+        for (int i = 0; i < STAGES; ++i) {
+            mbar_init(&full[i], 1);
+            mbar_init(&empty[i], CONSUMERS);
+        }
+        mbar_init(&scales_landed, 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    float d[MN / 8][4] = {};
+    u32 acc = 0;
+    if (wg == 0) {
+        if (tid == 0) {
+            mbar_arrive_expect_bytes(&scales_landed, S_BYTES);
+            for (int g = 0; g < BN / 32; ++g)
+                bulk_copy(scales + g * KR, s + (u64)(n0 / 32 + g) * SCOLS * 32 + k0, KR, &scales_landed);
+            for (int lc = 0; lc < CHUNKS; ++lc) {
+                const int st = lc % STAGES;
+                if (lc >= STAGES) mbar_wait(&empty[st], (lc / STAGES - 1) & 1);
+                mbar_arrive_expect_bytes(&full[st], STAGE);
+                tma_box(smem + st * STAGE, b_map, (k0 + lc * KC) / 2, n0, &full[st]);
+            }
+        }
+    } else {
+        const int t = tid - 128, w = wg - 1;
+        mbar_wait(&scales_landed, 0);
+        acc ^= reinterpret_cast<const u32*>(scales)[t % (S_BYTES / 4)];
+        const u32 b_desc_base = (u32)__cvta_generic_to_shared(a_tile);
+        for (int lc = 0; lc < CHUNKS; ++lc) {
+            const int st = lc % STAGES;
+            mbar_wait(&full[st], (lc / STAGES) & 1);
+            const u32 rows = (u32)__cvta_generic_to_shared(smem + st * STAGE + w * WG_BYTES);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < STEPS; ++kk) {
+                // 2 KB footprints (8 row groups 256 B apart, 2 K halves 128 B apart) inside the rows
+                const u64 da = wgmma_desc(rows + (kk * 2048) % WG_BYTES, 128, 256);
+                const u64 db = wgmma_desc(b_desc_base, 128, 256);
+#if MMA == 1
+                wgmma_ss_bf16<MN>(d, da, db);
+#else
+                wgmma_ss_e4m3(d, da, db);
+#endif
+            }
+            wgmma_commit();
+            wgmma_wait<0>();
+            mbar_arrive(&empty[st]);
+        }
+    }
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < MN / 8; ++j) sum += d[j][0] + d[j][1] + d[j][2] + d[j][3];
+    acc ^= __float_as_uint(sum);
+    const int cells = m * BN;
+    for (int i = tid; i < cells; i += NTHREADS)
+        if ((i / BN) % SPLIT == split) c[(u64)(i / BN) * GN + n0 + i % BN] = (u16)(acc ^ i);
+}
+"""
+
+
+MMA_NS = (16, 32, 64, 128, 256)  # the n sizes of wgmma_sm90a.h's bf16 wrappers
+
+
+def mma_n(m):
+    """The wgmma n for M rows of tokens: the smallest wrapper's n that holds them (0: none)."""
+    return next((n for n in MMA_NS if m <= n), 0)
+
+
+def mma_source(m):
+    return MMA_SOURCE.replace("WGMMA_E4M3", wgmma_e4m3_wrapper(mma_n(m)))
+
+
+def mma_chunking(m, n, k, bn, split):
+    """(KC, STAGES) for the MMA rungs: `TMA B`'s chunking, less the tokens' operand tile."""
+    kc, _ = tma_chunking(m, n, k, bn, split, 0)
+    kr, stage = k // split, bn * kc // 2
+    stages = min(kr // kc, TMA_MAX_STAGES, (TMA_SHARED_BYTES - bn // 32 * kr - mma_n(m) * 32) // stage)
+    return kc, stages
+
+
+def check_mma_geometry(m, n, k, bn, split):
+    check_tma_geometry(m, n, k, bn, split)
+    if bn % 64:
+        raise ValueError(f"MMA geometry: BN must be a multiple of 64 (a warpgroup's m64), got {bn}")
+    if not mma_n(m):
+        raise ValueError(f"MMA geometry: M = {m} is more than the widest wgmma n ({MMA_NS[-1]})")
+
+
+def mma_compile_options(m, n, k, bn, split, mma):
+    kc, stages = mma_chunking(m, n, k, bn, split)
+    return (f"-DGN={n}", f"-DGK={k}", f"-DBN={bn}", f"-DKR={k // split}", f"-DSPLIT={split}", f"-DMN={mma_n(m)}",
+            f"-DKC={kc}", f"-DSTAGES={stages}", f"-DMMA={mma}")
+
+
+def mma_shared_bytes(m, n, k, bn, split):
+    kc, stages = mma_chunking(m, n, k, bn, split)
+    return stages * (bn * kc // 2) + bn // 32 * (k // split) + mma_n(m) * 32 + 1024
+
+
+def make_mma_runner(m, n, k, device, bn, split, mma):
+    """run(a, b_q, b_shuffle, b_scale_sh) -> a fresh C [m, n] (values without meaning), through the
+    MMA rung's kernel (sm_90a)."""
+    check_mma_geometry(m, n, k, bn, split)
+    device = runtime.normalize_device(device)
+    kc, _ = mma_chunking(m, n, k, bn, split)
+    function = runtime.load_module(mma_source(m), device, mma_compile_options(m, n, k, bn, split, mma),
+                                   "sm_90a").function("read_gemm_tiles_mma")
+    shared = mma_shared_bytes(m, n, k, bn, split)
+    api = runtime.api_for(device)
+    api.check(api.drv.cuFuncSetAttribute(function.handle, cuda._MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
+              "cuFuncSetAttribute")
+    launch = function.launcher("Tppi")
+    b_map = runtime.TensorMap()
+    threads = 128 * (bn // 64 + 1)
+
+    def run(a, b_q, b_shuffle, b_scale_sh):
+        runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, bn, kc // 2, out=b_map)
+        out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
+        launch((n // bn, split, 1), (threads, 1, 1), shared, b_map, b_scale_sh, out, m)
+        return out
+
+    return run
 
 
 def tma_chunking(m, n, k, bn, split, a_mode):
@@ -496,6 +670,8 @@ def main(argv=None):
             units = torch.cuda.get_device_properties(device).multi_processor_count
             runs.update({name: make_tma_runner(m, n, k, device, bn, split, a_mode) for name, a_mode in TMA_RUNGS
                          if a_mode != 3 or n // bn * split <= units})  # its ring holds one CTA an SM
+            if bn % 64 == 0 and mma_n(m):
+                runs.update({name: make_mma_runner(m, n, k, device, bn, split, mma) for name, mma in MMA_RUNGS})
         medians = cuda_lab.interleaved_medians(runs, cuda_lab.input_sets(m, n, k, device), args.reps, timer)
         if any(getattr(run, "gave_up", lambda: False)() for run in runs.values()):
             print(f"{m}x{n}x{k}: a published-A wait gave up (CTAs not all resident): that rung's time is void")
