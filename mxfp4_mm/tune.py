@@ -63,9 +63,11 @@ def render_value(plan, as_tuple: bool) -> str:
     return f"({fields}{',' if len(plan) == 1 else ''})" if as_tuple else f"Plan({fields})"
 
 
-def render_plans(plans, notes, as_tuple, header_lines=(), noted_arch=None):
+def render_plans(plans, notes, as_tuple, header_lines=(), noted_arch=None, verbatim=None):
     """`PLANS = {...}` (one level, or keyed by arch first), an entry per line; `notes` ({shape: text})
-    annotate the top level, or the `noted_arch` table."""
+    annotate the top level, or the `noted_arch` table; `verbatim` ({arch: source}) arch tables kept
+    as the expression they were written as (e.g. a comprehension over a prior)."""
+    verbatim = verbatim or {}
     lines = [f"# {line}" for line in header_lines] + ["PLANS = {"]
 
     def entries(table, indent, table_notes):
@@ -76,6 +78,9 @@ def render_plans(plans, notes, as_tuple, header_lines=(), noted_arch=None):
 
     if any(isinstance(value, dict) for value in plans.values()):
         for arch, table in plans.items():
+            if arch in verbatim:
+                lines.append(f"    {arch!r}: {verbatim[arch]},")
+                continue
             lines.append(f"    {arch!r}: {{")
             entries(table, " " * 8, notes if arch == noted_arch else {})
             lines.append("    },")
@@ -98,6 +103,16 @@ def replace_plans_text(text: str, rendered: str) -> str:
     raise ValueError("no PLANS assignment found")
 
 
+def computed_arch_tables(text: str) -> dict:
+    """{arch: source} of the module's PLANS entries that are not dict literals (computed tables)."""
+    for node in ast.parse(text).body:
+        if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PLANS" for t in node.targets)
+                and isinstance(node.value, ast.Dict)):
+            return {key.value: ast.get_source_segment(text, value) for key, value in zip(node.value.keys, node.value.values)
+                    if isinstance(key, ast.Constant) and not isinstance(value, ast.Dict)}
+    return {}
+
+
 def table_path(backend) -> Path:
     return Path(importlib.util.find_spec(TABLE_MODULES[backend]).origin)
 
@@ -112,8 +127,10 @@ def write_table(backend, chosen, notes, header_lines, arch=None, path=None):
     existing = list(_leaf_values(module.PLANS))
     as_tuple = all(map(_is_plain_tuple, existing)) if existing else not hasattr(module, "Plan")
     path = path or table_path(backend)
-    rendered = render_plans(plans, notes, as_tuple, header_lines, noted_arch=arch)
-    path.write_text(replace_plans_text(path.read_text(), rendered))
+    text = path.read_text()
+    keep = {a: source for a, source in computed_arch_tables(text).items() if by_arch and a != arch}
+    rendered = render_plans(plans, notes, as_tuple, header_lines, noted_arch=arch, verbatim=keep)
+    path.write_text(replace_plans_text(text, rendered))
     return path
 
 

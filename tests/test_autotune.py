@@ -288,6 +288,8 @@ def test_table_writer_merges_one_shape_and_keeps_the_rest(tmp_path, backend, arc
     if arch:
         assert set(written) == set(current)
     assert text.count("PLANS = {") == 1 and (tune.BEGIN in text) == (backend == "hip")
+    if arch == "sm_90":  # the gfx950 table, not written, stays the comprehension over its prior
+        assert "'gfx950': {shape: tuple(_gfx950_prior(shape)) for shape in AITER_CONFIGS}," in text
 
 
 def test_static_hip_table_is_the_rule_with_its_model(tmp_path):

@@ -479,9 +479,22 @@ def test_folded_plans_are_offered_on_nvidia_only():
         assert folded and plans[0].a_convert != "folded"
         assert all(p.block_m < 64 for p in folded) == (shape[0] < 64)
         assert ".fold" in triton_backend.plan_label(folded[0])
+        assert all(p.b_layout == "gather" for p in folded)  # the layout their memcheck covered
     for shape in triton_plans.PLANS["gfx950"]:
         for arch in ("gfx950", "gfx942"):
             assert all(p.a_convert != "folded" for p in triton_backend.candidates_for_arch(*shape, arch, 256))
+
+
+@pytest.mark.parametrize("shape", [(16, 2112, 7168), (64, 7168, 2048), (256, 3072, 1536)])
+def test_a_folded_prior_varies_without_new_layouts_and_keeps_its_dot_scaled_twin(shape, monkeypatch):
+    """A table the tuner writes may hold a folded plan: around it the candidates stay folded plans in
+    the gather layout (memchecked) plus the prior's dot_scaled twin."""
+    prior = triton_plans.Plan(*triton_plans.PLANS["sm_90"][shape])._replace(a_convert="folded")
+    monkeypatch.setitem(triton_plans.PLANS, "sm_90", {**triton_plans.PLANS["sm_90"], shape: tuple(prior)})
+    plans = triton_backend.candidates_for_arch(*shape, "sm_90", 132)
+    assert plans[0] == prior and prior._replace(a_convert="arithmetic") in plans
+    assert all(p.b_layout == "gather" for p in plans if p.a_convert == "folded")
+    assert len(plans) == len(set(plans))
 
 
 # ---- on the GPU -----------------------------------------------------------------------------

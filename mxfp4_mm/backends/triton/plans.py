@@ -132,9 +132,13 @@ def _gfx950_variations(m, n, k, first: Plan):
 
 def _generic_variations(m, n, k, arch, first: Plan, compute_units: int):
     """Elsewhere: the B layouts and split-K halved / doubled around the measured plan; on NVIDIA
-    ("sm_*") then the folded plans."""
+    ("sm_*") then the folded plans. A folded prior (a table the tuner wrote) keeps its gather layout
+    (its folded twins in other layouts have never been memchecked) and offers its dot_scaled twin."""
     k_steps = -(-k // first.block_k)
-    out = [first._replace(b_layout="vector"), first._replace(b_layout="shuffled")]
+    if first.a_convert == "folded":
+        out = [first._replace(a_convert="arithmetic")]
+    else:
+        out = [first._replace(b_layout="vector"), first._replace(b_layout="shuffled")]
     out += [first._replace(split_k=max(1, first.split_k // 2)), first._replace(split_k=min(k_steps, first.split_k * 2))]
     out.append(first._replace(block_n=first.block_n * 2 if first.block_n < 128 else 64))
     return out + (folded_plans(m, n, k, first, compute_units) if arch.startswith("sm_") else [])
@@ -151,7 +155,7 @@ def folded_plans(m: int, n: int, k: int, first: Plan, compute_units: int):
     one (below 64 rows; the larger priors spill when folded), then the wgmma tiles that M fills,
     each split along K into as many programs as fit one wave (these tiles hold one program per SM:
     a second wave costs more than the split saves)."""
-    out = [first._replace(a_convert="folded")] if first.block_m < 64 else []
+    out = [first._replace(a_convert="folded")] if first.block_m < 64 and first.b_layout == "gather" else []
     for min_m, (block_m, block_n, block_k, warps) in FOLDED_TILES:
         if m >= min_m:
             tiles = -(-m // block_m) * -(-n // block_n)
