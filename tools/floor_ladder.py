@@ -251,6 +251,25 @@ TMA_MAX_STAGES = 16
 # bytes] and A [M rows x KC values] per chunk through tensor maps, each chunk gated by `full` (copies
 # landed: the transaction count) and `empty` (every consumer thread has read it). The other warps
 # wait for each chunk, fold one 16-byte word each from it and release it.
+_RING_HELPERS = r"""
+// The ring's barriers: `full` completes on one arrival and the copies' bytes, `empty` on every consumer.
+__device__ __forceinline__ void init_ring(u64* full, u64* empty, u64* scales_landed) {
+    for (int i = 0; i < STAGES; ++i) {
+        mbar_init(&full[i], 1);
+        mbar_init(&empty[i], CONSUMERS);
+    }
+    mbar_init(scales_landed, 1);
+    mbar_init_fence();
+}
+
+// The K range's scale bytes of the tile's 32-row groups, one bulk copy per group.
+__device__ __forceinline__ void copy_scales(u8* scales, const u8* s, int n0, int k0, u64* landed) {
+    mbar_arrive_expect_bytes(landed, S_BYTES);
+    for (int g = 0; g < BN / 32; ++g)
+        bulk_copy(scales + g * KR, s + (u64)(n0 / 32 + g) * SCOLS * 32 + k0, KR, landed);
+}
+"""
+
 TMA_SOURCE = r"""
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -268,7 +287,7 @@ constexpr int CONSUMERS = THREADS - 32;
 static_assert(GN % BN == 0 && BN % 32 == 0 && KR % 256 == 0 && GK % KR == 0 && SPLIT == GK / KR, "geometry");
 static_assert(KR % KC == 0 && KC % 64 == 0 && KC <= 256 && AM <= 256 && STAGES >= 1, "chunks");
 static_assert(STAGE % 128 == 0 && S_BYTES % 128 == 0, "copy destinations stay 128-byte aligned");
-
+RING_HELPERS
 constexpr u32 MAX_POLLS = 1u << 22;
 
 __device__ __forceinline__ u32 fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
@@ -311,21 +330,12 @@ read_gemm_tiles_tma(const __grid_constant__ TensorMap b_map, const __grid_consta
     u8* const scales = smem + STAGES * STAGE;
     const int tile = blockIdx.x, split = blockIdx.y, tid = threadIdx.x, warp = tid >> 5;
     const int n0 = tile * BN, k0 = split * KR;
-    if (tid == 0) {
-        for (int i = 0; i < STAGES; ++i) {
-            mbar_init(&full[i], 1);
-            mbar_init(&empty[i], CONSUMERS);
-        }
-        mbar_init(&scales_landed, 1);
-        mbar_init_fence();
-    }
+    if (tid == 0) init_ring(full, empty, &scales_landed);
     __syncthreads();
     u32 acc = 0;
     if (warp == 0) {
         if (tid == 0) {
-            mbar_arrive_expect_bytes(&scales_landed, S_BYTES);
-            for (int g = 0; g < BN / 32; ++g)
-                bulk_copy(scales + g * KR, s + (u64)(n0 / 32 + g) * SCOLS * 32 + k0, KR, &scales_landed);
+            copy_scales(scales, s, n0, k0, &scales_landed);
             constexpr int DEFERRED = A_MODE == 3 ? (STAGES < CHUNKS ? STAGES : CHUNKS) : 0;
             for (int lc = 0; lc < CHUNKS; ++lc) {
                 const int st = lc % STAGES, k = k0 + lc * KC;
@@ -357,7 +367,7 @@ read_gemm_tiles_tma(const __grid_constant__ TensorMap b_map, const __grid_consta
     for (int i = tid; i < cells; i += THREADS)
         if ((i / BN) % SPLIT == split) c[(u64)(i / BN) * GN + n0 + i % BN] = (u16)(acc ^ i);
 }
-"""
+""".replace("RING_HELPERS", _RING_HELPERS)
 
 
 def wgmma_e4m3_wrapper(n):
@@ -391,7 +401,7 @@ constexpr int CONSUMERS = 128 * WGS;
 constexpr int WG_BYTES = 64 * KC / 2;              // one warpgroup's rows of a stage
 constexpr int STEPS = MMA == 1 ? KC / 16 : KC / 32;  // wgmmas per chunk (the GEMM's K per chunk)
 static_assert(BN % 64 == 0 && KR % KC == 0 && MN % 8 == 0 && MN <= 256 && WG_BYTES % 2048 == 0, "geometry");
-
+RING_HELPERS
 WGMMA_E4M3
 
 extern "C" __global__ void __launch_bounds__(NTHREADS)
@@ -402,22 +412,13 @@ read_gemm_tiles_mma(const __grid_constant__ TensorMap b_map, const u8* __restric
     u8* const a_tile = scales + S_BYTES;  // the tokens' operand, MN rows x 32 bytes, never written: no meaning
     const int tile = blockIdx.x, split = blockIdx.y, tid = threadIdx.x, wg = tid >> 7;
     const int n0 = tile * BN, k0 = split * KR;
-    if (tid == 0) {
-        for (int i = 0; i < STAGES; ++i) {
-            mbar_init(&full[i], 1);
-            mbar_init(&empty[i], CONSUMERS);
-        }
-        mbar_init(&scales_landed, 1);
-        mbar_init_fence();
-    }
+    if (tid == 0) init_ring(full, empty, &scales_landed);
     __syncthreads();
     float d[MN / 8][4] = {};
     u32 acc = 0;
     if (wg == 0) {
         if (tid == 0) {
-            mbar_arrive_expect_bytes(&scales_landed, S_BYTES);
-            for (int g = 0; g < BN / 32; ++g)
-                bulk_copy(scales + g * KR, s + (u64)(n0 / 32 + g) * SCOLS * 32 + k0, KR, &scales_landed);
+            copy_scales(scales, s, n0, k0, &scales_landed);
             for (int lc = 0; lc < CHUNKS; ++lc) {
                 const int st = lc % STAGES;
                 if (lc >= STAGES) mbar_wait(&empty[st], (lc / STAGES - 1) & 1);
@@ -459,7 +460,7 @@ read_gemm_tiles_mma(const __grid_constant__ TensorMap b_map, const u8* __restric
     for (int i = tid; i < cells; i += NTHREADS)
         if ((i / BN) % SPLIT == split) c[(u64)(i / BN) * GN + n0 + i % BN] = (u16)(acc ^ i);
 }
-"""
+""".replace("RING_HELPERS", _RING_HELPERS)
 
 
 MMA_NS = (16, 32, 64, 128, 256)  # the n sizes of wgmma_sm90a.h's bf16 wrappers
