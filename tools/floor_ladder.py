@@ -78,6 +78,65 @@ RUNGS = (("pattern", 0, 0, 4), ("pattern, 12 loads", 0, 0, 12), ("A bf16", 1, 0,
          ("A compact, 12 loads", 2, 0, 12), ("A published", 3, 0, 4), ("+ cluster sum", 1, 1, 4),
          ("+ global sum", 1, 2, 4))
 
+# The published-A rungs (A_MODE 3): each CTA compacts a share of A into a scratch, counts itself, and
+# later waits for every CTA's count. The counter is never reset: call c waits for c x CTAs arrivals.
+_PUBLISH_HELPERS = r"""
+constexpr u32 MAX_POLLS = 1u << 22;  // give up rather than hang when not every CTA is resident
+
+// The CTA's share of `total` scratch units (the grid split evenly), each folded from four 16-byte
+// units of A (wrapping at a_units); thread t of `stride`. Returns the fold of what it wrote.
+__device__ __forceinline__ u32 compact_a_share(const uint4* a, uint4* scratch, u32 total, u32 a_units, u32 t,
+                                               u32 stride) {
+    const u32 ctas = gridDim.x * gridDim.y, cta = blockIdx.y * gridDim.x + blockIdx.x;
+    const u32 begin = (u64)total * cta / ctas, end = (u64)total * (cta + 1) / ctas;
+    u32 acc = 0;
+    for (u32 u = begin + t; u < end; u += stride) {
+        uint4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const u32 i = 4 * u + j;
+            v[j] = __ldg(a + (i < a_units ? i : i - a_units));  // the compact A runs past bf16 A by 1/16
+        }
+        const uint4 out = make_uint4(fold(v[0]), fold(v[1]), fold(v[2]), fold(v[3]));
+        __stcg(scratch + u, out);
+        acc ^= out.x;
+    }
+    return acc;
+}
+
+// The CTA's one release count, by one thread after a barrier over the share's writers: the barrier
+// orders their stores before it (cumulative at gpu scope, as CUTLASS's semaphores do; a __threadfence
+// in every thread first measured 0.2-0.6 us more on an H100).
+__device__ __forceinline__ void count_arrival(u32* arrived) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(arrived) : "memory");
+}
+
+// Polls (acquire) until `target` arrivals; if it gives up, sets arrived[1] for the host to report.
+__device__ __forceinline__ void poll_until(u32* arrived, u32 target) {
+    u32 seen = 0, polls = 0;
+    do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrived) : "memory");
+    while ((int)(seen - target) < 0 && ++polls < MAX_POLLS);
+    if ((int)(seen - target) < 0) atomicOr(arrived + 1, 1u);
+}
+"""
+
+
+class _Arrivals:
+    """The published-A rungs' counter [arrivals, gave up], never reset: each call's target is its
+    epoch (calls x CTAs)."""
+
+    def __init__(self, device, ctas):
+        self.buffer = torch.zeros(2, dtype=torch.int32, device=device)
+        self.ctas, self.calls = ctas, 0
+
+    def next_target(self):
+        self.calls += 1
+        return self.calls * self.ctas % 2**32
+
+    def gave_up(self):  # a wait that gave up: not every CTA was resident
+        return bool(int(self.buffer[1]))
+
+
 SOURCE = r"""
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -88,7 +147,6 @@ constexpr int RB = KR / 32;                                  // 16-byte units of
 constexpr int SCOLS = (GK / 32 + 7) / 8 * 8;                 // columns of the shuffled scales
 constexpr int SU = KR / 256 * 16;                            // scale units per 32-row group
 constexpr int RA = A_MODE >= 2 ? KR * 17 / 512 : KR / 8;     // A units per row (compact or bf16)
-constexpr u32 MAX_POLLS = 1u << 22;                          // A_MODE 3: give up rather than hang
 constexpr int B_UNITS = BN * RB, S_UNITS = BN / 32 * SU;
 static_assert(GN % BN == 0 && BN % 32 == 0 && KR % 256 == 0 && GK % KR == 0 && SPLIT == GK / KR, "geometry");
 
@@ -140,41 +198,7 @@ __device__ __forceinline__ u32 fold_units(const uint4* a, const uint4* b, const 
     return acc;
 }
 
-// A_MODE 3: this CTA's share of the compact A (SPLIT x m rows x RA units) from four bf16 units each,
-// then the release count. Returns the fold of what it read.
-__device__ __forceinline__ u32 publish_a_share(const uint4* a, uint4* scratch, u32* arrived, int m) {
-    const u32 ctas = gridDim.x * gridDim.y, cta = blockIdx.y * gridDim.x + blockIdx.x;
-    const u32 total = (u32)SPLIT * m * RA, begin = (u64)total * cta / ctas, end = (u64)total * (cta + 1) / ctas;
-    const u32 a_units = (u32)m * GK / 8;
-    u32 acc = 0;
-    for (u32 u = begin + threadIdx.x; u < end; u += THREADS) {
-        uint4 v[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = __ldg(a + (4 * u + j) % a_units);
-        const uint4 out = make_uint4(fold(v[0]), fold(v[1]), fold(v[2]), fold(v[3]));
-        __stcg(scratch + u, out);
-        acc ^= out.x;
-    }
-    // The barrier orders the CTA's stores before thread 0's release (cumulative at gpu scope), as
-    // CUTLASS's semaphores do; a __threadfence in every thread first measured 0.2-0.6 µs more (H100).
-    __syncthreads();
-    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(arrived) : "memory");
-    return acc;
-}
-
-// A_MODE 3: until all CTAs have published (counter >= target); 0 if it gave up.
-__device__ __forceinline__ bool wait_for_a(const u32* arrived, u32 target) {
-    __shared__ bool ok;
-    if (threadIdx.x == 0) {
-        u32 seen = 0, polls = 0;
-        do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrived) : "memory");
-        while ((int)(seen - target) < 0 && ++polls < MAX_POLLS);
-        ok = (int)(seen - target) >= 0;
-    }
-    __syncthreads();
-    return ok;
-}
-
+PUBLISH_HELPERS
 extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_ATTR
 read_gemm_tiles(const uint4* __restrict__ a, const uint4* __restrict__ b, const uint4* __restrict__ s,
                 u16* __restrict__ c, float* __restrict__ partial, u32* __restrict__ counters, int m,
@@ -184,11 +208,12 @@ read_gemm_tiles(const uint4* __restrict__ a, const uint4* __restrict__ b, const 
     u32 acc = 0;
     if (A_MODE == 3) {  // A's share first, then B, then the wait, then A's compact rows
         uint4* scratch = reinterpret_cast<uint4*>(partial);
-        acc = publish_a_share(a, scratch, published, m);
+        acc = compact_a_share(a, scratch, (u32)SPLIT * m * RA, (u32)m * GK / 8, tid, THREADS);
+        __syncthreads();
+        if (tid == 0) count_arrival(published);
         acc ^= fold_units(a, b, s, m, tile, split, 0, B_UNITS + S_UNITS, false);
-        if (!wait_for_a(published, target)) {
-            if (tid == 0) atomicOr(published + 1, 1u);  // reported by the host: the wait gave up
-        }
+        if (tid == 0) poll_until(published, target);
+        __syncthreads();
         acc ^= fold_units(scratch, b, s, m, tile, split, B_UNITS + S_UNITS, units, true);
     } else {
         acc = fold_units(a, b, s, m, tile, split, 0, units, false);
@@ -237,7 +262,7 @@ read_gemm_tiles(const uint4* __restrict__ a, const uint4* __restrict__ b, const 
     }
 #endif
 }
-"""
+""".replace("PUBLISH_HELPERS", _PUBLISH_HELPERS)
 
 
 # (name, A_MODE): A_MODE 0 = no A, 1 = A bf16 per tile, 2 = A as packed codes per tile.
@@ -288,39 +313,8 @@ static_assert(GN % BN == 0 && BN % 32 == 0 && KR % 256 == 0 && GK % KR == 0 && S
 static_assert(KR % KC == 0 && KC % 64 == 0 && KC <= 256 && AM <= 256 && STAGES >= 1, "chunks");
 static_assert(STAGE % 128 == 0 && S_BYTES % 128 == 0, "copy destinations stay 128-byte aligned");
 RING_HELPERS
-constexpr u32 MAX_POLLS = 1u << 22;
-
 __device__ __forceinline__ u32 fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
-
-// A_MODE 3, the consumer warps: this CTA's 1/G share of A's packed codes (16 bytes from 32 bf16
-// values), stored to the scratch, then one release count for the CTA.
-__device__ __forceinline__ u32 publish_a_share(const uint4* a, uint4* scratch, u32* arrived, int m, int t) {
-    const u32 ctas = gridDim.x * gridDim.y, cta = blockIdx.y * gridDim.x + blockIdx.x;
-    const u32 total = (u32)m * GK / 32, begin = (u64)total * cta / ctas, end = (u64)total * (cta + 1) / ctas;
-    u32 acc = 0;
-    for (u32 u = begin + t; u < end; u += CONSUMERS) {
-        uint4 v[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = __ldg(a + 4 * u + j);
-        const uint4 out = make_uint4(fold(v[0]), fold(v[1]), fold(v[2]), fold(v[3]));
-        __stcg(scratch + u, out);
-        acc ^= out.x;
-    }
-    asm volatile("bar.sync 1, %0;" :: "n"(CONSUMERS) : "memory");  // the consumers only
-    if (t == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(arrived) : "memory");
-    return acc;
-}
-
-// A_MODE 3, the copy thread: until all CTAs have published; then orders the async proxy's reads
-// (the A boxes) after the acquire. False if it gave up.
-__device__ __forceinline__ bool wait_for_a(const u32* arrived, u32 target) {
-    u32 seen = 0, polls = 0;
-    do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrived) : "memory");
-    while ((int)(seen - target) < 0 && ++polls < MAX_POLLS);
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    return (int)(seen - target) >= 0;
-}
-
+PUBLISH_HELPERS
 extern "C" __global__ void __launch_bounds__(THREADS)
 read_gemm_tiles_tma(const __grid_constant__ TensorMap b_map, const __grid_constant__ TensorMap a_map,
                     const u8* __restrict__ s, u16* __restrict__ c, int m, const uint4* __restrict__ a_raw,
@@ -343,7 +337,8 @@ read_gemm_tiles_tma(const __grid_constant__ TensorMap b_map, const __grid_consta
                 mbar_arrive_expect_bytes(&full[st], STAGE);
                 tma_box(smem + st * STAGE, b_map, k / 2, n0, &full[st]);
                 if (A_MODE == 3 && lc == DEFERRED - 1) {  // B of the first stages in flight: now A's
-                    if (!wait_for_a(published, target)) atomicOr(published + 1, 1u);
+                    poll_until(published, target);
+                    asm volatile("fence.proxy.async.global;" ::: "memory");  // the A boxes read after the acquire
                     for (int d = 0; d < DEFERRED; ++d)
                         tma_box(smem + d * STAGE + B_BOX, a_map, (k0 + d * KC) / 2, 0, &full[d]);
                 } else if (A_MODE && (A_MODE != 3 || lc >= DEFERRED)) {
@@ -353,7 +348,11 @@ read_gemm_tiles_tma(const __grid_constant__ TensorMap b_map, const __grid_consta
         }
     } else {
         const int t = tid - 32;
-        if (A_MODE == 3) acc ^= publish_a_share(a_raw, scratch, published, m, t);
+        if (A_MODE == 3) {  // A's packed codes, 16 bytes from 32 bf16 values; the consumers' barrier, one count
+            acc ^= compact_a_share(a_raw, scratch, (u32)m * GK / 32, (u32)m * GK / 8, t, CONSUMERS);
+            asm volatile("bar.sync 1, %0;" :: "n"(CONSUMERS) : "memory");
+            if (t == 0) count_arrival(published);
+        }
         mbar_wait(&scales_landed, 0);
         acc ^= reinterpret_cast<const u32*>(scales)[t % (S_BYTES / 4)];
         for (int lc = 0; lc < CHUNKS; ++lc) {
@@ -367,7 +366,7 @@ read_gemm_tiles_tma(const __grid_constant__ TensorMap b_map, const __grid_consta
     for (int i = tid; i < cells; i += THREADS)
         if ((i / BN) % SPLIT == split) c[(u64)(i / BN) * GN + n0 + i % BN] = (u16)(acc ^ i);
 }
-""".replace("RING_HELPERS", _RING_HELPERS)
+""".replace("RING_HELPERS", _RING_HELPERS).replace("PUBLISH_HELPERS", _PUBLISH_HELPERS)
 
 
 def wgmma_e4m3_wrapper(n):
@@ -575,8 +574,7 @@ def make_tma_runner(m, n, k, device, bn, split, a_mode):
     launch = function.launcher("TTppipppI")
     b_map, a_map = runtime.TensorMap(), runtime.TensorMap()
     scratch = torch.empty(m * k // 2 if a_mode == 3 else 16, dtype=torch.uint8, device=device)  # A's packed codes
-    published = torch.zeros(2, dtype=torch.int32, device=device)  # [arrivals (never reset), gave up]
-    ctas, calls = n // bn * split, [0]
+    arrivals = _Arrivals(device, n // bn * split)
     if a_mode == 3:
         runtime.tensor_map_2d(device, scratch.data_ptr(), 1, m, k // 2, k // 2, m, kc // 2, out=a_map)
 
@@ -587,12 +585,11 @@ def make_tma_runner(m, n, k, device, bn, split, a_mode):
         elif a_mode == 2:  # A's first M * K / 2 bytes read as packed codes
             runtime.tensor_map_2d(device, a.data_ptr(), 1, m, k // 2, k // 2, m, kc // 2, out=a_map)
         out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
-        calls[0] += 1
         launch((n // bn, split, 1), (THREADS, 1, 1), shared, b_map, a_map if a_mode else b_map, b_scale_sh, out, m,
-               a, scratch, published, calls[0] * ctas % 2**32)
+               a, scratch, arrivals.buffer, arrivals.next_target())
         return out
 
-    run.gave_up = lambda: bool(int(published[1]))  # a wait that gave up: not every CTA was resident
+    run.gave_up = arrivals.gave_up
     return run
 
 
@@ -625,19 +622,16 @@ def make_runner(m, n, k, device, bn, split, a_mode, reduce, loads=4):
     partial = torch.empty(split * tiles * m * bn if reduce == 2 else compact_floats if a_mode == 3 else 1,
                           dtype=torch.float32, device=device)
     counters = torch.zeros(tiles, dtype=torch.int32, device=device)
-    published = torch.zeros(2, dtype=torch.int32, device=device)  # [arrivals (never reset), gave up]
-    calls = [0]
+    arrivals = _Arrivals(device, tiles * split)
 
     def run(a, b_q, b_shuffle, b_scale_sh):
         out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
-        calls[0] += 1
-        target = calls[0] * tiles * split % 2**32  # every CTA of this call has arrived
         launch((tiles, split, 1), (THREADS, 1, 1), shared, a, b_q, b_scale_sh, out, partial, counters, m,
-               published, target)
+               arrivals.buffer, arrivals.next_target())
         return out
 
     run.counters = counters
-    run.gave_up = lambda: bool(int(published[1]))  # a wait that gave up: not every CTA was resident
+    run.gave_up = arrivals.gave_up
     return run
 
 
