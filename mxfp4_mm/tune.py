@@ -96,21 +96,26 @@ def replace_plans_text(text: str, rendered: str) -> str:
         head, rest = text.split(BEGIN, 1)
         tail = rest.split(END, 1)[1]
         return f"{head}{BEGIN} (written by python -m mxfp4_mm.tune)\n{rendered}\n{END}{tail}"
-    for node in ast.parse(text).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PLANS" for t in node.targets):
-            lines = text.splitlines(keepends=True)
-            return "".join(lines[:node.lineno - 1]) + rendered + "\n" + "".join(lines[node.end_lineno:])
-    raise ValueError("no PLANS assignment found")
+    node = _plans_assignment(text)
+    if node is None:
+        raise ValueError("no PLANS assignment found")
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[:node.lineno - 1]) + rendered + "\n" + "".join(lines[node.end_lineno:])
+
+
+def _plans_assignment(text: str):
+    """The module's top-level `PLANS = ...` statement (ast), or None."""
+    return next((node for node in ast.parse(text).body if isinstance(node, ast.Assign)
+                 and any(getattr(t, "id", None) == "PLANS" for t in node.targets)), None)
 
 
 def computed_arch_tables(text: str) -> dict:
     """{arch: source} of the module's PLANS entries that are not dict literals (computed tables)."""
-    for node in ast.parse(text).body:
-        if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PLANS" for t in node.targets)
-                and isinstance(node.value, ast.Dict)):
-            return {key.value: ast.get_source_segment(text, value) for key, value in zip(node.value.keys, node.value.values)
-                    if isinstance(key, ast.Constant) and not isinstance(value, ast.Dict)}
-    return {}
+    node = _plans_assignment(text)
+    if node is None or not isinstance(node.value, ast.Dict):
+        return {}
+    return {key.value: ast.get_source_segment(text, value) for key, value in zip(node.value.keys, node.value.values)
+            if isinstance(key, ast.Constant) and not isinstance(value, ast.Dict)}
 
 
 def table_path(backend) -> Path:
@@ -128,7 +133,7 @@ def write_table(backend, chosen, notes, header_lines, arch=None, path=None):
     as_tuple = all(map(_is_plain_tuple, existing)) if existing else not hasattr(module, "Plan")
     path = path or table_path(backend)
     text = path.read_text()
-    keep = {a: source for a, source in computed_arch_tables(text).items() if by_arch and a != arch}
+    keep = {a: source for a, source in computed_arch_tables(text).items() if a != arch} if by_arch else {}
     rendered = render_plans(plans, notes, as_tuple, header_lines, noted_arch=arch, verbatim=keep)
     path.write_text(replace_plans_text(text, rendered))
     return path
