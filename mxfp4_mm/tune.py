@@ -49,10 +49,11 @@ def _leaf_values(plans):
 
 def _without_trailing_defaults(plan) -> list:
     """The plan's fields, less trailing ones equal to the namedtuple's defaults (tables stay short
-    and a re-run does not churn them)."""
+    and a re-run does not churn them). The first field stays: it may be the tag that tells a table's
+    plan types apart (a DequantPlan is ("dq",), never ())."""
     fields = list(plan)
     defaults = getattr(type(plan), "_field_defaults", {})
-    while fields and defaults.get(plan._fields[len(fields) - 1], object()) == fields[-1]:
+    while len(fields) > 1 and defaults.get(plan._fields[len(fields) - 1], object()) == fields[-1]:
         fields.pop()
     return fields
 

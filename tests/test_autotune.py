@@ -324,3 +324,16 @@ def test_a_served_choice_settles_the_shape(gpu_like, monkeypatch):
     timer = FakeTimer()
     tuner.Tuner(CPU, backends, NAMES, time.time() + 30, timer=timer).sweep([SHAPE])
     assert timer.timed == [] and _memo().data["chosen"] == "fast:f2"
+
+
+def test_table_writer_keeps_the_tag_of_a_plan_whose_fields_are_all_defaults(tmp_path):
+    """A DequantPlan has one field, its tag "dq", which is also its default: written as () the
+    table entry could not be read back (plan_from_fields(()) raised in the first H200 retune)."""
+    from mxfp4_mm import tune
+    from mxfp4_mm.backends.cuda import plans as cuda_plans
+    path = tmp_path / "cuda_plans.py"
+    path.write_text(tune.table_path("cuda").read_text())
+    tune.write_table("cuda", {(3, 48, 128): cuda_plans.DequantPlan()}, {}, ["stamp line"], path=path)
+    written = _load_table(path, "cuda_plans_dq").PLANS
+    assert written[(3, 48, 128)] == ("dq",)
+    assert cuda_plans.plan_from_fields(written[(3, 48, 128)]) == cuda_plans.DequantPlan()

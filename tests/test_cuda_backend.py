@@ -28,7 +28,7 @@ TASK_SHAPES = [(8, 2112, 7168), (16, 3072, 1536), (64, 3072, 1536), (256, 2880, 
 def test_table_covers_task_shapes_with_valid_plans():
     for shape in TASK_SHAPES:
         assert shape in PLANS, shape
-        assert cuda_plans.is_valid(*shape, cuda_plans.Plan(*PLANS[shape])), (shape, PLANS[shape])
+        assert cuda_plans.is_valid(*shape, cuda_plans.plan_from_fields(PLANS[shape])), (shape, PLANS[shape])
 
 
 def test_v5_grid_pads_n_tiles_to_whole_clusters():
@@ -66,7 +66,7 @@ def test_builds_do_not_depend_on_m_and_plans_are_picked_per_m_class():
     assert cuda_plans.plan_for_shape(17, 2880, 512) == cuda_plans.Plan(*PLANS[(32, 2880, 512)])
     # large M outside the table: dequantize and cuBLAS; listed large-M shapes keep their plans
     assert cuda_plans.plan_for_shape(4096, 7168, 2048) == cuda_plans.plan_for_shape(128, n, k) == cuda_plans.DequantPlan()
-    assert cuda_plans.plan_for_shape(256, 3072, 1536) == cuda_plans.Plan(*PLANS[(256, 3072, 1536)])
+    assert cuda_plans.plan_for_shape(256, 3072, 1536) == cuda_plans.plan_from_fields(PLANS[(256, 3072, 1536)])
     assert isinstance(cuda_plans.plan_for_shape(64, n, k), cuda_plans.Plan)
 
 

@@ -53,7 +53,8 @@ def test_every_tma_rung_compiles_without_spills_and_fits_shared_memory(tmp_path,
 @pytest.mark.parametrize("shape", [(4, 2880, 512), (64, 7168, 2048), (256, 3072, 1536)])
 def test_every_mma_rung_compiles_for_sm90a_without_spills_and_fits_shared_memory(tmp_path, shape):
     bn, split = floor_ladder.GEOMETRY[shape]
-    assert floor_ladder.mma_shared_bytes(*shape, bn, split) <= 227 * 1024
+    for name, mma in floor_ladder.MMA_RUNGS:
+        assert floor_ladder.mma_shared_bytes(*shape, bn, split, mma) <= 227 * 1024, name
     if shutil.which("nvcc") is None:
         pytest.skip("no nvcc")
     source = tmp_path / "ladder_mma.cu"
@@ -85,6 +86,11 @@ def test_tma_chunks_are_whole_and_fill_the_ring():
             assert (k // split) % kc == 0 and 1 <= stages <= min(chunks, floor_ladder.TMA_MAX_STAGES), name
     with pytest.raises(ValueError, match="256 rows"):
         floor_ladder.check_tma_geometry(512, 3072, 1536, 128, 6)
+
+
+def test_a_shape_may_be_measured_at_several_geometries():
+    assert floor_ladder.parse_geometry("64,7168,2048:128,2 64,7168,2048:64,1") == [
+        ((64, 7168, 2048), (128, 2)), ((64, 7168, 2048), (64, 1))]
 
 
 def test_default_geometries_fit_their_shapes():

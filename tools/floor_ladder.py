@@ -267,8 +267,10 @@ read_gemm_tiles(const uint4* __restrict__ a, const uint4* __restrict__ b, const 
 
 # (name, A_MODE): A_MODE 0 = no A, 1 = A bf16 per tile, 2 = A as packed codes per tile.
 TMA_RUNGS = (("TMA B", 0), ("TMA A bf16", 1), ("TMA A codes", 2), ("TMA A published", 3))
-# (name, MMA): 1 = bf16 wgmma (k16 steps), 2 = e4m3 wgmma (k32 steps).
-MMA_RUNGS = (("TMA B + bf16 MMA", 1), ("TMA B + fp8 MMA", 2))
+# (name, MMA): 1 = bf16 wgmma (k16 steps), 2 = e4m3 wgmma (k32 steps), 3 = e4m3 wgmma with the tokens'
+# operand from the ring too (A as e4m3 bytes, [k16 group][rows] x 16 B boxes: what a kernel reading
+# A quantized once per call, as fp8, copies per chunk).
+MMA_RUNGS = (("TMA B + bf16 MMA", 1), ("TMA B + fp8 MMA", 2), ("TMA A fp8 + fp8 MMA", 3))
 TMA_SHARED_BYTES = 200 * 1024  # the ring's budget; the rest of the 227 KB is left for the barriers
 TMA_MAX_STAGES = 16
 
@@ -392,7 +394,9 @@ typedef unsigned char u8;
 
 constexpr int SCOLS = (GK / 32 + 7) / 8 * 8;
 constexpr int S_BYTES = BN / 32 * KR;
-constexpr int STAGE = BN * KC / 2;                 // B codes only
+constexpr int B_BOX = BN * KC / 2;
+constexpr int A_BOX = MMA == 3 ? MN * KC : 0;     // the tokens' e4m3 bytes (MMA 3)
+constexpr int STAGE = B_BOX + A_BOX;
 constexpr int CHUNKS = KR / KC;
 constexpr int WGS = BN / 64;                       // consumer warpgroups
 constexpr int NTHREADS = 128 * (WGS + 1);          // warpgroup 0 produces
@@ -404,7 +408,8 @@ RING_HELPERS
 WGMMA_E4M3
 
 extern "C" __global__ void __launch_bounds__(NTHREADS)
-read_gemm_tiles_mma(const __grid_constant__ TensorMap b_map, const u8* __restrict__ s, u16* __restrict__ c, int m) {
+read_gemm_tiles_mma(const __grid_constant__ TensorMap b_map, const __grid_constant__ TensorMap a_map,
+                    const u8* __restrict__ s, u16* __restrict__ c, int m) {
     extern __shared__ __align__(1024) u8 smem[];
     __shared__ u64 full[STAGES], empty[STAGES], scales_landed;
     u8* const scales = smem + STAGES * STAGE;
@@ -423,6 +428,9 @@ read_gemm_tiles_mma(const __grid_constant__ TensorMap b_map, const u8* __restric
                 if (lc >= STAGES) mbar_wait(&empty[st], (lc / STAGES - 1) & 1);
                 mbar_arrive_expect_bytes(&full[st], STAGE);
                 tma_box(smem + st * STAGE, b_map, (k0 + lc * KC) / 2, n0, &full[st]);
+                if (MMA == 3)
+                    for (int g = 0; g < KC / 16; ++g)
+                        tma_box(smem + st * STAGE + B_BOX + g * MN * 16, a_map, k0 + lc * KC + 16 * g, 0, &full[st]);
             }
         }
     } else {
@@ -434,22 +442,25 @@ read_gemm_tiles_mma(const __grid_constant__ TensorMap b_map, const u8* __restric
             const int st = lc % STAGES;
             mbar_wait(&full[st], (lc / STAGES) & 1);
             const u32 rows = (u32)__cvta_generic_to_shared(smem + st * STAGE + w * WG_BYTES);
+            const u32 tokens = (u32)__cvta_generic_to_shared(smem + st * STAGE + B_BOX);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < STEPS; ++kk) {
                 // 2 KB footprints (8 row groups 256 B apart, 2 K halves 128 B apart) inside the rows
                 const u64 da = wgmma_desc(rows + (kk * 2048) % WG_BYTES, 128, 256);
-                const u64 db = wgmma_desc(b_desc_base, 128, 256);
 #if MMA == 1
-                wgmma_ss_bf16<MN>(d, da, db);
-#else
-                wgmma_ss_e4m3(d, da, db);
+                wgmma_ss_bf16<MN>(d, da, wgmma_desc(b_desc_base, 128, 256));
+#elif MMA == 2
+                wgmma_ss_e4m3(d, da, wgmma_desc(b_desc_base, 128, 256));
+#else  // the chunk's tokens: [k16 group][MN rows] x 16 B, a k32 step two groups
+                wgmma_ss_e4m3(d, da, wgmma_desc(tokens + 2 * kk * MN * 16, MN * 16, 128));
 #endif
             }
             wgmma_commit();
-            wgmma_wait<0>();
-            mbar_arrive(&empty[st]);
+            wgmma_wait<1>();  // the previous chunk's MMAs are done: release its stage
+            if (lc > 0) mbar_arrive(&empty[(lc - 1) % STAGES]);
         }
+        wgmma_wait<0>();
     }
     float sum = 0.f;
 #pragma unroll
@@ -474,11 +485,19 @@ def mma_source(m):
     return MMA_SOURCE.replace("WGMMA_E4M3", wgmma_e4m3_wrapper(mma_n(m)))
 
 
-def mma_chunking(m, n, k, bn, split):
-    """(KC, STAGES) for the MMA rungs: `TMA B`'s chunking, less the tokens' operand tile."""
-    kc, _ = tma_chunking(m, n, k, bn, split, 0)
-    kr, stage = k // split, bn * kc // 2
+def mma_chunking(m, n, k, bn, split, mma=1):
+    """(KC, STAGES) for the MMA rungs: `TMA B`'s chunking, less the tokens' operand tile (MMA 1, 2),
+    or the widest chunk whose stage, the tokens' e4m3 bytes included, stays within 40 KB (MMA 3)."""
+    kr = k // split
+    if mma == 3:
+        kc = next((kc for kc in (256, 128) if kr % kc == 0 and bn * kc // 2 + mma_n(m) * kc <= 40 * 1024), 64)
+        stage = bn * kc // 2 + mma_n(m) * kc
+    else:
+        kc = tma_chunking(m, n, k, bn, split, 0)[0]
+        stage = bn * kc // 2
     stages = min(kr // kc, TMA_MAX_STAGES, (TMA_SHARED_BYTES - bn // 32 * kr - mma_n(m) * 32) // stage)
+    if stages < 1:
+        raise ValueError(f"MMA geometry BN={bn} SPLIT={split}: one stage of {stage} bytes does not fit")
     return kc, stages
 
 
@@ -491,14 +510,15 @@ def check_mma_geometry(m, n, k, bn, split):
 
 
 def mma_compile_options(m, n, k, bn, split, mma):
-    kc, stages = mma_chunking(m, n, k, bn, split)
+    kc, stages = mma_chunking(m, n, k, bn, split, mma)
     return (f"-DGN={n}", f"-DGK={k}", f"-DBN={bn}", f"-DKR={k // split}", f"-DSPLIT={split}", f"-DMN={mma_n(m)}",
             f"-DKC={kc}", f"-DSTAGES={stages}", f"-DMMA={mma}")
 
 
-def mma_shared_bytes(m, n, k, bn, split):
-    kc, stages = mma_chunking(m, n, k, bn, split)
-    return stages * (bn * kc // 2) + bn // 32 * (k // split) + mma_n(m) * 32 + 1024
+def mma_shared_bytes(m, n, k, bn, split, mma=1):
+    kc, stages = mma_chunking(m, n, k, bn, split, mma)
+    a_box = mma_n(m) * kc if mma == 3 else 0
+    return stages * (bn * kc // 2 + a_box) + bn // 32 * (k // split) + mma_n(m) * 32 + 1024
 
 
 def make_mma_runner(m, n, k, device, bn, split, mma):
@@ -506,21 +526,23 @@ def make_mma_runner(m, n, k, device, bn, split, mma):
     MMA rung's kernel (sm_90a)."""
     check_mma_geometry(m, n, k, bn, split)
     device = runtime.normalize_device(device)
-    kc, _ = mma_chunking(m, n, k, bn, split)
+    kc, _ = mma_chunking(m, n, k, bn, split, mma)
     function = runtime.load_module(mma_source(m), device, mma_compile_options(m, n, k, bn, split, mma),
                                    "sm_90a").function("read_gemm_tiles_mma")
-    shared = mma_shared_bytes(m, n, k, bn, split)
+    shared = mma_shared_bytes(m, n, k, bn, split, mma)
     api = runtime.api_for(device)
     api.check(api.drv.cuFuncSetAttribute(function.handle, cuda._MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
               "cuFuncSetAttribute")
-    launch = function.launcher("Tppi")
-    b_map = runtime.TensorMap()
+    launch = function.launcher("TTppi")
+    b_map, a_map = runtime.TensorMap(), runtime.TensorMap()
     threads = 128 * (bn // 64 + 1)
 
     def run(a, b_q, b_shuffle, b_scale_sh):
         runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, bn, kc // 2, out=b_map)
+        # MMA 3: A's first M * K bytes read as its e4m3 codes, 16-byte columns of the wgmma n rows
+        runtime.tensor_map_2d(device, a.data_ptr(), 1, m, k, k, mma_n(m), 16, out=a_map)
         out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
-        launch((n // bn, split, 1), (threads, 1, 1), shared, b_map, b_scale_sh, out, m)
+        launch((n // bn, split, 1), (threads, 1, 1), shared, b_map, a_map, b_scale_sh, out, m)
         return out
 
     return run
@@ -636,11 +658,11 @@ def make_runner(m, n, k, device, bn, split, a_mode, reduce, loads=4):
 
 
 def parse_geometry(text):
-    """{(m, n, k): (bn, split)} from 'M,N,K:BN,SPLIT ...'."""
-    out = {}
+    """[((m, n, k), (bn, split)), ...] from 'M,N,K:BN,SPLIT ...' (a shape may come more than once)."""
+    out = []
     for item in text.split():
         shape, geometry = item.split(":")
-        out[tuple(int(v) for v in shape.split(","))] = tuple(int(v) for v in geometry.split(","))
+        out.append((tuple(int(v) for v in shape.split(",")), tuple(int(v) for v in geometry.split(","))))
     return out
 
 
@@ -649,24 +671,30 @@ def main(argv=None):
     parser.add_argument("--geometry", default="", help="'M,N,K:BN,SPLIT ...' (default: the six benchmark shapes)")
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--out", help="also write the medians as JSON here")
+    parser.add_argument("--rungs", default="", help="'name,name': only these rungs (and the floor)")
     args = parser.parse_args(argv)
+    wanted = set(filter(None, args.rungs.split(",")))
+    unknown = wanted - {name for name, *_ in RUNGS + TMA_RUNGS + MMA_RUNGS}
+    if unknown:
+        parser.error(f"--rungs: unknown {sorted(unknown)}")
+    chosen = lambda rungs: [r for r in rungs if not wanted or r[0] in wanted]  # noqa: E731
     if not torch.cuda.is_available() or torch.version.hip:
         sys.exit("floor_ladder: needs an NVIDIA GPU")
     device = torch.device("cuda")
     timer = bench.Timer(device)
-    geometry = parse_geometry(args.geometry) if args.geometry else GEOMETRY
+    geometry = parse_geometry(args.geometry) if args.geometry else list(GEOMETRY.items())
     rows = []
-    print("µs, median of", args.reps, "interleaved calls;", ", ".join(name for name, *_ in RUNGS))
-    for (m, n, k), (bn, split) in geometry.items():
+    print("µs, median of", args.reps, "interleaved calls")
+    for (m, n, k), (bn, split) in geometry:
         runs = {"floor": floor_kernels.make_runner(m, n, k, device)}
         runs.update({name: make_runner(m, n, k, device, bn, split, a_mode, reduce, loads)
-                     for name, a_mode, reduce, loads in RUNGS})
+                     for name, a_mode, reduce, loads in chosen(RUNGS)})
         if m <= 256 and bn <= 256:
             units = torch.cuda.get_device_properties(device).multi_processor_count
-            runs.update({name: make_tma_runner(m, n, k, device, bn, split, a_mode) for name, a_mode in TMA_RUNGS
+            runs.update({name: make_tma_runner(m, n, k, device, bn, split, a_mode) for name, a_mode in chosen(TMA_RUNGS)
                          if a_mode != 3 or n // bn * split <= units})  # its ring holds one CTA an SM
             if bn % 64 == 0 and mma_n(m):
-                runs.update({name: make_mma_runner(m, n, k, device, bn, split, mma) for name, mma in MMA_RUNGS})
+                runs.update({name: make_mma_runner(m, n, k, device, bn, split, mma) for name, mma in chosen(MMA_RUNGS)})
         medians = cuda_lab.interleaved_medians(runs, cuda_lab.input_sets(m, n, k, device), args.reps, timer)
         if any(getattr(run, "gave_up", lambda: False)() for run in runs.values()):
             print(f"{m}x{n}x{k}: a published-A wait gave up (CTAs not all resident): that rung's time is void")

@@ -145,12 +145,16 @@ def _entry_and_block(plan):
     return "mxfp4_gemm", (plan.wn * plan.wk * 32, 1, 1)
 
 
-def make_launcher(m: int, n: int, k: int, device: torch.device, plan):
-    """launch(a, b_q, b_scale_sh, out): one kernel launch writing out [m, n]."""
+def _check_plan(m, n, k, plan):
     if not is_valid(m, n, k, plan):
         raise ValueError(f"cuda: invalid plan {plan} for M={m} N={n} K={k}")
+
+
+def make_launcher(m: int, n: int, k: int, device: torch.device, plan):
+    """launch(a, b_q, b_scale_sh, out): one kernel launch writing out [m, n] (not for the DequantPlan)."""
+    _check_plan(m, n, k, plan)
     if isinstance(plan, DequantPlan):
-        return _dequant_launcher(m, n, k, runtime.normalize_device(device), plan)
+        raise TypeError("cuda: a DequantPlan allocates its C itself; build it with make_runner")
     name, block = _entry_and_block(plan)
     dims = grid(m, n, plan)
     if dims[2] > MAX_GRID_Z:
@@ -187,18 +191,19 @@ def _tma_launcher(m, n, k, device, plan, launch, dims, block, shared):
     return run
 
 
-def _dequant_launcher(m, n, k, device, plan):
-    """launch(a, b_q, b_scale_sh, out) for the DequantPlan: the operands to bf16 in buffers of this call,
-    then torch.mm into `out`, both on the current queue. cuBLAS accumulates in fp32; the bf16 operands
-    are the reference's fp32 values exactly."""
+def _dequant_runner(m, n, k, device, plan):
+    """runner(a, b_q, b_shuffle, b_scale_sh) -> fresh C for the DequantPlan: the operands to bf16 in
+    buffers of this call, then torch.mm, both on the current queue. cuBLAS accumulates in fp32; the
+    bf16 operands are the reference's fp32 values exactly. Few host operations (two allocations, the
+    launch, a transposed view, the mm that allocates C): on a slow host each costs several µs."""
     dequantize = _module(n, k, device, plan).function("mxfp4_dequantize_operands").launcher("pppppii")
     dims = dequant_grid(m, n, k, compute_units(device))
 
-    def run(a, b_q, b_scale_sh, out):
-        operands = torch.empty(((m + n) * k,), dtype=torch.bfloat16, device=a.device)  # one allocation
-        a_bf16, b_bf16 = operands[: m * k].view(m, k), operands[m * k:].view(n, k)
+    def run(a, b_q, b_shuffle, b_scale_sh):
+        a_bf16 = torch.empty((m, k), dtype=torch.bfloat16, device=a.device)
+        b_bf16 = torch.empty((n, k), dtype=torch.bfloat16, device=a.device)
         dequantize(dims, (DEQUANT_THREADS, 1, 1), 0, a, b_q, b_scale_sh, a_bf16, b_bf16, m, n)
-        torch.mm(a_bf16, b_bf16.t(), out=out)
+        return torch.mm(a_bf16, b_bf16.t())
 
     return run
 
@@ -206,6 +211,11 @@ def _dequant_launcher(m, n, k, device, plan):
 def make_runner(m: int, n: int, k: int, device: torch.device, plan=None):
     """runner(a, b_q, b_shuffle, b_scale_sh) -> fresh C; runner.plan is the plan it runs."""
     plan = plan or plan_for(m, n, k, device)
+    if isinstance(plan, DequantPlan):
+        _check_plan(m, n, k, plan)
+        run = _dequant_runner(m, n, k, runtime.normalize_device(device), plan)
+        run.plan = plan
+        return run
     launch = make_launcher(m, n, k, device, plan)
 
     def run(a, b_q, b_shuffle, b_scale_sh):
