@@ -18,6 +18,15 @@ import floor_ladder  # noqa: E402
 CUDA_ROOM = Path(__file__).resolve().parent.parent / "mxfp4_mm" / "backends" / "cuda"
 
 
+def _build(tmp_path, source, options, name, arch="sm_90"):
+    """nvcc -cubin of `source` (the package's CUDA headers on the include path) -> ptxas's log;
+    asserts the build passed."""
+    built = subprocess.run(["nvcc", f"-arch={arch}", "-cubin", "-Xptxas", "-v", f"-I{CUDA_ROOM}", *options, "-o",
+                            str(tmp_path / "ladder.cubin"), str(source)], capture_output=True, text=True)
+    assert built.returncode == 0, (name, built.stderr[-2000:])
+    return built.stdout + built.stderr
+
+
 @pytest.mark.parametrize("shape", [(4, 2880, 512), (256, 3072, 1536)])
 def test_every_rung_compiles_without_spills(tmp_path, shape):
     if shutil.which("nvcc") is None:
@@ -27,10 +36,7 @@ def test_every_rung_compiles_without_spills(tmp_path, shape):
     bn, split = floor_ladder.GEOMETRY[shape]
     for name, a_mode, reduce, loads in floor_ladder.RUNGS:
         options = floor_ladder.compile_options(shape[1], shape[2], bn, split, a_mode, reduce, loads)
-        built = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", *options, "-o",
-                                str(tmp_path / "ladder.cubin"), str(source)], capture_output=True, text=True)
-        assert built.returncode == 0, (name, built.stderr[-2000:])
-        assert "0 bytes spill stores" in built.stdout + built.stderr, name
+        assert "0 bytes spill stores" in _build(tmp_path, source, options, name), name
 
 
 @pytest.mark.parametrize("shape", [(4, 2880, 512), (64, 7168, 2048), (256, 3072, 1536)])
@@ -44,10 +50,7 @@ def test_every_tma_rung_compiles_without_spills_and_fits_shared_memory(tmp_path,
     source.write_text(floor_ladder.TMA_SOURCE)
     for name, a_mode in floor_ladder.TMA_RUNGS:
         options = floor_ladder.tma_compile_options(*shape, bn, split, a_mode)
-        built = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", f"-I{CUDA_ROOM}", *options, "-o",
-                                str(tmp_path / "ladder_tma.cubin"), str(source)], capture_output=True, text=True)
-        assert built.returncode == 0, (name, built.stderr[-2000:])
-        assert "0 bytes spill stores" in built.stdout + built.stderr, name
+        assert "0 bytes spill stores" in _build(tmp_path, source, options, name), name
 
 
 @pytest.mark.parametrize("shape", [(4, 2880, 512), (64, 7168, 2048), (256, 3072, 1536)])
@@ -61,10 +64,7 @@ def test_every_mma_rung_compiles_for_sm90a_without_spills_and_fits_shared_memory
     source.write_text(floor_ladder.mma_source(shape[0]))
     for name, mma in floor_ladder.MMA_RUNGS:
         options = floor_ladder.mma_compile_options(*shape, bn, split, mma)
-        built = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-Xptxas", "-v", f"-I{CUDA_ROOM}", *options, "-o",
-                                str(tmp_path / "ladder_mma.cubin"), str(source)], capture_output=True, text=True)
-        assert built.returncode == 0, (name, built.stderr[-2000:])
-        log = built.stdout + built.stderr
+        log = _build(tmp_path, source, options, name, "sm_90a")
         assert "0 bytes spill stores" in log and "serialized" not in log, (name, log[-2000:])
         ptx = subprocess.run(["nvcc", "-arch=sm_90a", "-ptx", f"-I{CUDA_ROOM}", *options, "-o", "-", str(source)],
                              capture_output=True, text=True).stdout

@@ -486,19 +486,9 @@ def mma_source(m):
 
 
 def mma_chunking(m, n, k, bn, split, mma=1):
-    """(KC, STAGES) for the MMA rungs: `TMA B`'s chunking, less the tokens' operand tile (MMA 1, 2),
-    or the widest chunk whose stage, the tokens' e4m3 bytes included, stays within 40 KB (MMA 3)."""
-    kr = k // split
-    if mma == 3:
-        kc = next((kc for kc in (256, 128) if kr % kc == 0 and bn * kc // 2 + mma_n(m) * kc <= 40 * 1024), 64)
-        stage = bn * kc // 2 + mma_n(m) * kc
-    else:
-        kc = tma_chunking(m, n, k, bn, split, 0)[0]
-        stage = bn * kc // 2
-    stages = min(kr // kc, TMA_MAX_STAGES, (TMA_SHARED_BYTES - bn // 32 * kr - mma_n(m) * 32) // stage)
-    if stages < 1:
-        raise ValueError(f"MMA geometry BN={bn} SPLIT={split}: one stage of {stage} bytes does not fit")
-    return kc, stages
+    """(KC, STAGES) for the MMA rungs: B codes per stage, and the tokens' e4m3 bytes too for MMA 3;
+    the tokens' fixed operand tile is left out of the ring's budget."""
+    return _ring_chunking(k, bn, split, mma_n(m) if mma == 3 else 0, mma_n(m) * 32)
 
 
 def check_mma_geometry(m, n, k, bn, split):
@@ -521,46 +511,58 @@ def mma_shared_bytes(m, n, k, bn, split, mma=1):
     return stages * (bn * kc // 2 + a_box) + bn // 32 * (k // split) + mma_n(m) * 32 + 1024
 
 
+def _load_kernel(source, device, options, name, shared, arch=None):
+    """The kernel `name` of `source`, allowed `shared` bytes of dynamic shared memory (when > 0)."""
+    function = runtime.load_module(source, device, options, arch).function(name)
+    if shared:
+        api = runtime.api_for(device)
+        api.check(api.drv.cuFuncSetAttribute(function.handle, cuda._MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
+                  "cuFuncSetAttribute")
+    return function
+
+
 def make_mma_runner(m, n, k, device, bn, split, mma):
     """run(a, b_q, b_shuffle, b_scale_sh) -> a fresh C [m, n] (values without meaning), through the
     MMA rung's kernel (sm_90a)."""
     check_mma_geometry(m, n, k, bn, split)
     device = runtime.normalize_device(device)
     kc, _ = mma_chunking(m, n, k, bn, split, mma)
-    function = runtime.load_module(mma_source(m), device, mma_compile_options(m, n, k, bn, split, mma),
-                                   "sm_90a").function("read_gemm_tiles_mma")
     shared = mma_shared_bytes(m, n, k, bn, split, mma)
-    api = runtime.api_for(device)
-    api.check(api.drv.cuFuncSetAttribute(function.handle, cuda._MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
-              "cuFuncSetAttribute")
+    function = _load_kernel(mma_source(m), device, mma_compile_options(m, n, k, bn, split, mma), "read_gemm_tiles_mma",
+                            shared, "sm_90a")
     launch = function.launcher("TTppi")
     b_map, a_map = runtime.TensorMap(), runtime.TensorMap()
     threads = 128 * (bn // 64 + 1)
 
     def run(a, b_q, b_shuffle, b_scale_sh):
         runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, bn, kc // 2, out=b_map)
-        # MMA 3: A's first M * K bytes read as its e4m3 codes, 16-byte columns of the wgmma n rows
-        runtime.tensor_map_2d(device, a.data_ptr(), 1, m, k, k, mma_n(m), 16, out=a_map)
+        if mma == 3:  # A's first M * K bytes read as its e4m3 codes, 16-byte columns of the wgmma n rows
+            runtime.tensor_map_2d(device, a.data_ptr(), 1, m, k, k, mma_n(m), 16, out=a_map)
         out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
-        launch((n // bn, split, 1), (threads, 1, 1), shared, b_map, a_map, b_scale_sh, out, m)
+        launch((n // bn, split, 1), (threads, 1, 1), shared, b_map, a_map if mma == 3 else b_map, b_scale_sh, out, m)
         return out
 
     return run
 
 
-def tma_chunking(m, n, k, bn, split, a_mode):
-    """(KC, STAGES): the widest chunk (256, 128 or 64 K) whose stage stays within 40 KB, and as many
-    stages as the ring's budget holds."""
+def _ring_chunking(k, bn, split, a_bytes_per_k, reserved):
+    """(KC, STAGES) of a ring whose stage holds BN rows of B codes and `a_bytes_per_k` bytes of A per K:
+    the widest chunk (256, 128 or 64 K) whose stage stays within 40 KB, and as many stages as the
+    ring's budget holds beside the K range's scale bytes and `reserved` bytes."""
     kr = k // split
-    a_bytes_per_k = {0: 0, 1: 2 * m, 2: m / 2, 3: m / 2}[a_mode]
     for kc in (256, 128, 64):
         stage = bn * kc // 2 + int(a_bytes_per_k * kc)
         if kr % kc == 0 and (stage <= 40 * 1024 or kc == 64):
-            stages = min(kr // kc, TMA_MAX_STAGES, (TMA_SHARED_BYTES - bn // 32 * kr) // stage)
+            stages = min(kr // kc, TMA_MAX_STAGES, (TMA_SHARED_BYTES - bn // 32 * kr - reserved) // stage)
             if stages < 1:
-                raise ValueError(f"TMA geometry BN={bn} SPLIT={split}: one stage of {stage} bytes does not fit")
+                raise ValueError(f"geometry BN={bn} SPLIT={split}: one stage of {stage} bytes does not fit the ring")
             return kc, stages
-    raise ValueError(f"TMA geometry: the K range {kr} is not a multiple of 64")
+    raise ValueError(f"geometry: the K range {kr} is not a multiple of 64")
+
+
+def tma_chunking(m, n, k, bn, split, a_mode):
+    """(KC, STAGES) for the TMA rungs."""
+    return _ring_chunking(k, bn, split, {0: 0, 1: 2 * m, 2: m / 2, 3: m / 2}[a_mode], 0)
 
 
 def check_tma_geometry(m, n, k, bn, split):
@@ -587,12 +589,9 @@ def make_tma_runner(m, n, k, device, bn, split, a_mode):
     check_tma_geometry(m, n, k, bn, split)
     device = runtime.normalize_device(device)
     kc, _ = tma_chunking(m, n, k, bn, split, a_mode)
-    function = runtime.load_module(TMA_SOURCE, device, tma_compile_options(m, n, k, bn, split, a_mode)).function(
-        "read_gemm_tiles_tma")
     shared = tma_shared_bytes(m, n, k, bn, split, a_mode)
-    api = runtime.api_for(device)
-    api.check(api.drv.cuFuncSetAttribute(function.handle, cuda._MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
-              "cuFuncSetAttribute")
+    function = _load_kernel(TMA_SOURCE, device, tma_compile_options(m, n, k, bn, split, a_mode), "read_gemm_tiles_tma",
+                            shared)
     launch = function.launcher("TTppipppI")
     b_map, a_map = runtime.TensorMap(), runtime.TensorMap()
     scratch = torch.empty(m * k // 2 if a_mode == 3 else 16, dtype=torch.uint8, device=device)  # A's packed codes
@@ -631,13 +630,9 @@ def make_runner(m, n, k, device, bn, split, a_mode, reduce, loads=4):
     unused), called like the GEMM runners."""
     check_geometry(m, n, k, bn, split)
     device = runtime.normalize_device(device)
-    function = runtime.load_module(SOURCE, device, compile_options(n, k, bn, split, a_mode, reduce, loads)).function(
-        "read_gemm_tiles")
     shared = m * bn * 4 if reduce == 1 else 0
-    if shared:
-        api = runtime.api_for(device)
-        api.check(api.drv.cuFuncSetAttribute(function.handle, cuda._MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
-                  "cuFuncSetAttribute")
+    function = _load_kernel(SOURCE, device, compile_options(n, k, bn, split, a_mode, reduce, loads), "read_gemm_tiles",
+                            shared)
     launch = function.launcher("ppppppipI")
     tiles = n // bn
     compact_floats = split * m * (k // split * 17 // 512) * 4  # A_MODE 3's scratch: 16-byte units
