@@ -274,9 +274,17 @@ class TensorMap:
         return ctypes.string_at(self.address, TENSOR_MAP_BYTES)
 
 
-def check_tensor_map_2d(address, element_bytes, rows, row_elements, row_stride_bytes, box_rows, box_elements):
-    """The driver's rules for a 2-D tiled map without interleave or swizzle, as ValueErrors naming
-    the argument (cuTensorMapEncodeTiled only returns an error code)."""
+SWIZZLE_128B = 3  # CUtensorMapSwizzle: 16-byte unit u of a 128-byte box row r lands at unit u ^ (r % 8)
+
+
+def check_tensor_map_2d(address, element_bytes, rows, row_elements, row_stride_bytes, box_rows, box_elements,
+                        swizzle=0):
+    """The driver's rules for a 2-D tiled map without interleave (swizzle: 0 or SWIZZLE_128B), as
+    ValueErrors naming the argument (cuTensorMapEncodeTiled only returns an error code)."""
+    if swizzle not in (0, SWIZZLE_128B):
+        raise ValueError(f"swizzle must be 0 (none) or SWIZZLE_128B ({SWIZZLE_128B}), got {swizzle}")
+    if swizzle and box_elements * element_bytes > 128:
+        raise ValueError(f"a 128-byte swizzled box row must be at most 128 bytes, got {box_elements * element_bytes}")
     if element_bytes not in _TENSOR_MAP_ELEMENT_TYPES:
         raise ValueError(f"element_bytes must be 1, 2, 4 or 8, got {element_bytes}")
     if address % 16:
@@ -292,10 +300,11 @@ def check_tensor_map_2d(address, element_bytes, rows, row_elements, row_stride_b
 
 
 def tensor_map_2d(device, address, element_bytes, rows, row_elements, row_stride_bytes, box_rows, box_elements,
-                  out: TensorMap = None) -> TensorMap:
+                  out: TensorMap = None, swizzle: int = 0) -> TensorMap:
     """Encode (into `out`, or a new TensorMap) the map of a row-major [rows, row_elements] tensor
-    read in boxes of [box_rows, box_elements]; elements outside the tensor read as zeros."""
-    check_tensor_map_2d(address, element_bytes, rows, row_elements, row_stride_bytes, box_rows, box_elements)
+    read in boxes of [box_rows, box_elements]; elements outside the tensor read as zeros. swizzle
+    SWIZZLE_128B: box rows land permuted in 16-byte units (the destination must be 1024-byte aligned)."""
+    check_tensor_map_2d(address, element_bytes, rows, row_elements, row_stride_bytes, box_rows, box_elements, swizzle)
     api = api_for(device)
     if api.vendor != "nvidia":
         raise RuntimeError("tensor maps are an NVIDIA (sm_90+) feature")
@@ -304,10 +313,10 @@ def tensor_map_2d(device, address, element_bytes, rows, row_elements, row_stride
     strides = (ctypes.c_uint64 * 1)(row_stride_bytes)
     box = (ctypes.c_uint32 * 2)(box_elements, box_rows)
     unit = (ctypes.c_uint32 * 2)(1, 1)
-    # interleave NONE, swizzle NONE, L2 promotion 256 B, out-of-bounds fill zeros
+    # interleave NONE, swizzle as asked, L2 promotion 256 B, out-of-bounds fill zeros
     api.check(api.drv.cuTensorMapEncodeTiled(
         ctypes.c_void_p(out.address), ctypes.c_int(_TENSOR_MAP_ELEMENT_TYPES[element_bytes]), ctypes.c_uint32(2),
-        ctypes.c_void_p(address), dims, strides, box, unit, ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(3),
+        ctypes.c_void_p(address), dims, strides, box, unit, ctypes.c_int(0), ctypes.c_int(swizzle), ctypes.c_int(3),
         ctypes.c_int(0)), "cuTensorMapEncodeTiled")
     return out
 
@@ -330,16 +339,51 @@ _ARG_TYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int32, "I": ctypes.c_uint32,
               "q": ctypes.c_int64, "f": ctypes.c_float, "T": _TensorMapSlot}
 
 
+class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: an id, then a 64-byte value union
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_bytes", ctypes.c_uint),
+                ("queue", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
+
+
+_PROGRAMMATIC_SERIALIZATION = 6  # CUlaunchAttributeID: programmatic serialization with the previous kernel
+
+
+def _dependent_launch(api):
+    """launch(handle, gx, gy, gz, bx, by, bz, shared, queue, params, extra) as cuLaunchKernelEx with
+    programmatic dependent launch: the kernel may start while the queue's previous kernel runs, and
+    waits for it with griddepcontrol.wait (NVIDIA only). One config per launcher: the launcher's lock
+    keeps filling and launching together."""
+    if api.vendor != "nvidia":
+        raise RuntimeError("dependent launches need the CUDA driver")
+    launch_ex = api.drv.cuLaunchKernelEx
+    launch_ex.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    attribute = _LaunchAttribute(id=_PROGRAMMATIC_SERIALIZATION)
+    attribute.value[0] = 1
+    config = _LaunchConfig(attrs=ctypes.pointer(attribute), num_attrs=1)
+
+    def launch(handle, gx, gy, gz, bx, by, bz, shared, queue, params, extra):
+        config.grid[:] = (gx, gy, gz)
+        config.block[:] = (bx, by, bz)
+        config.shared_bytes, config.queue = shared, queue
+        return launch_ex(ctypes.byref(config), handle, params, extra)
+
+    return launch
+
+
 class Function:
     def __init__(self, module, name, handle):
         self.module, self.name, self.handle = module, name, handle
 
-    def launcher(self, arg_types: str):
-        """A callable launch(grid, block, shared_bytes, *args) with kernargs laid out once."""
+    def launcher(self, arg_types: str, dependent: bool = False):
+        """A callable launch(grid, block, shared_bytes, *args) with kernargs laid out once. dependent:
+        a programmatic dependent launch of the queue's previous kernel (`_dependent_launch`)."""
         values = [_ARG_TYPES[t]() for t in arg_types]
         params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
         api, handle, device = self.module.api, self.handle, self.module.device
-        launch = api.launch
+        launch = _dependent_launch(api) if dependent else api.launch
         # The argument slots are shared by every call of this launcher; the driver copies them at
         # launch, so only filling and launching must not interleave between host threads.
         slots_in_use = threading.Lock()

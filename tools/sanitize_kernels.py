@@ -42,19 +42,21 @@ def inputs(m, n, k, device, extreme):
 
 
 def _cuda_table_plans(m, n, k):
-    """The distinct plans of the cuda table that fit (m, n, k), then the pipe plans of the shape
-    (offered to the tuner only once they pass here)."""
+    """The distinct plans of the cuda table that fit (m, n, k), then the pipe plans and the fp8 plan
+    of the shape (offered to the tuner only once they pass here)."""
     from mxfp4_mm.backends.cuda import plans as cuda_plans
     plans = []
     for fields in cuda_plans.PLANS.values():
         if fields[0] == cuda_plans.PIPE:
             continue  # a pipe entry: covered by pipe_plans below
-        plan = cuda_plans.Plan(*fields)
+        plan = cuda_plans.plan_from_fields(fields)
         if plan not in plans and cuda_plans.is_valid(m, n, k, plan):
             plans.append(plan)
     if torch.cuda.get_device_capability() == (9, 0):
         # with the tensor-map twins of the copy-warp plans (offered once they pass here too)
         plans += [plan for plan in cuda_plans.pipe_plans(m, n, k, tma=True) if plan not in plans]
+        units = torch.cuda.get_device_properties(0).multi_processor_count
+        plans += [plan for plan in cuda_plans.fp8_plans(m, n, k, units) if plan not in plans]
     return plans
 
 

@@ -17,13 +17,15 @@ import torch
 
 from ... import runtime
 from ...kernels import read_source
-from .plans import (DEQUANT_THREADS, DequantPlan, PipePlan, Plan, chunks, compile_options, dequant_grid, grid,
-                    is_valid, pipe_plans, pipe_threads, plan_for_shape, ranked_plans, smem_bytes)
+from .plans import (DEQUANT_THREADS, FP8_BN, FP8_THREADS, DequantPlan, Fp8Plan, PipePlan, Plan, chunks,
+                    compile_options, dequant_grid, fp8_plans, grid, is_valid, pipe_plans, pipe_threads, plan_for_shape,
+                    ranked_plans, smem_bytes)
 
 NAME = "cuda"
 SOURCE = "mxfp4_gemm_sm90.cu"
 PIPE_SOURCE = "mxfp4_gemm_sm90_pipe.cu"
 DEQUANT_SOURCE = "mxfp4_dequant_sm90.cu"
+FP8_SOURCE = "mxfp4_gemm_sm90_fp8.cu"
 _MAX_DYNAMIC_SHARED_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 MAX_GRID_Z = 65535  # the grid's M tiles run along z
 
@@ -56,15 +58,20 @@ PIPE_MEMCHECKED = True
 # The pipe plans' tensor-map copy mode (`tma`): its GPU tests and tools/sanitize_kernels.py under
 # memcheck passed on an H200 (2026-12-05, notes/verification.md), so its twins are offered too.
 PIPE_TMA_MEMCHECKED = True
+# The fp8 plans (A to e4m3 once per call, then e4m3 wgmma over all of K): offered once their GPU
+# tests and tools/sanitize_kernels.py under memcheck have passed (notes/verification.md).
+FP8_MEMCHECKED = False
 
 
 @functools.lru_cache(maxsize=256)
-def _candidates(m, n, k, units, pipe, tma):
+def _candidates(m, n, k, units, pipe, tma, fp8):
     first = plan_for_shape(m, n, k, units)
     plans = [first] + [plan for plan in ranked_plans(m, n, k, units, MAX_CANDIDATES) if plan != first]
     plans = plans[:MAX_CANDIDATES]
     if DequantPlan() != first:
         plans.append(DequantPlan())
+    if fp8:
+        plans += [plan for plan in fp8_plans(m, n, k, units) if plan != first]
     if pipe:
         plans += [plan for plan in pipe_plans(m, n, k, units, PIPE_CANDIDATES, tma) if plan != first]
     return plans
@@ -84,16 +91,20 @@ def candidates(m: int, n: int, k: int, device: torch.device) -> list:
     """The plan `plan_for` picks; then the cost model's ranking of the mma.sync plan grid; then the
     DequantPlan; then, where `offers_pipe`, up to PIPE_CANDIDATES pipe plans by their cost model (2-6
     µs slower than the table on the H200, notes/cuda.md). No compilation."""
-    return list(_candidates(m, n, k, compute_units(device), offers_pipe(device), PIPE_TMA_MEMCHECKED))
+    return list(_candidates(m, n, k, compute_units(device), offers_pipe(device), PIPE_TMA_MEMCHECKED,
+                            FP8_MEMCHECKED and offers_pipe(device)))
 
 
 def plan_label(plan) -> str:
     """E.g. "m32w6t2k2s1c2r2": rows of M, warps along N, tiles per warp, warps along K, split-K,
     then cn and ring where they differ from their defaults. A pipe plan:
     "p.n128.m256.s4.k64.q4" (rows of N and M per CTA, split-K, K per chunk, stages), then ".w1" for
-    copy warps where there are any and ".t" for tensor-map copies. The DequantPlan: "dq.cublas"."""
+    copy warps where there are any and ".t" for tensor-map copies. The DequantPlan: "dq.cublas". An
+    fp8 plan: "f8.m64.q7" (rows of A it serves, stages), then ".s4" for split-K."""
     if isinstance(plan, DequantPlan):
         return "dq.cublas"
+    if isinstance(plan, Fp8Plan):
+        return f"f8.m{plan.mp}.q{plan.stages}" + (f".s{plan.split_k}" if plan.split_k > 1 else "")
     if isinstance(plan, PipePlan):
         label = f"p.n{plan.bn}.m{plan.bm}.s{plan.split_k}.k{plan.kc}.q{plan.stages}"
         return label + (f".w{plan.cw}" if plan.cw else "") + (".t" if plan.tma else "")
@@ -105,12 +116,16 @@ def plan_family(plan) -> str:
     """Plans sharing code paths: the kernel, and whether partials are summed (split-K)."""
     if isinstance(plan, DequantPlan):
         return "dq"
+    if isinstance(plan, Fp8Plan):
+        return "f8"
     if isinstance(plan, PipePlan):
         return "pipe" + (".tma" if plan.tma else "") + (".sk" if plan.split_k > 1 else "")
     return "mma" + (".sk" if plan.split_k > 1 else "")
 
 
 def _source(plan) -> str:
+    if isinstance(plan, Fp8Plan):
+        return FP8_SOURCE
     return PIPE_SOURCE if isinstance(plan, PipePlan) else DEQUANT_SOURCE if isinstance(plan, DequantPlan) else SOURCE
 
 
@@ -123,12 +138,12 @@ def build(m: int, n: int, k: int, device: torch.device, plan) -> None:
 # ---- launch ---------------------------------------------------------------------------------
 
 def compile_target(device: torch.device, plan) -> str:
-    """The compile target for `plan`: the device's own, or sm_90a for pipe plans (that target runs
-    only on sm_90 GPUs)."""
-    if not isinstance(plan, PipePlan):
+    """The compile target for `plan`: the device's own, or sm_90a for pipe and fp8 plans (wgmma; that
+    target runs only on sm_90 GPUs)."""
+    if not isinstance(plan, (PipePlan, Fp8Plan)):
         return runtime.kernel_arch(device)
     if torch.cuda.get_device_capability(device) != (9, 0):
-        raise ValueError(f"cuda: pipe plan {plan} needs an sm_90 GPU")
+        raise ValueError(f"cuda: plan {plan} needs an sm_90 GPU (wgmma)")
     return "sm_90a"
 
 
@@ -155,6 +170,8 @@ def make_launcher(m: int, n: int, k: int, device: torch.device, plan):
     _check_plan(m, n, k, plan)
     if isinstance(plan, DequantPlan):
         raise TypeError("cuda: a DequantPlan allocates its C itself; build it with make_runner")
+    if isinstance(plan, Fp8Plan):
+        return _fp8_launcher(m, n, k, runtime.normalize_device(device), plan)
     name, block = _entry_and_block(plan)
     dims = grid(m, n, plan)
     if dims[2] > MAX_GRID_Z:
@@ -187,6 +204,33 @@ def _tma_launcher(m, n, k, device, plan, launch, dims, block, shared):
         s_map = runtime.tensor_map_2d(device, b_scale_sh.data_ptr(), 1, -(-n // 32), scale_cols * 32, scale_cols * 32,
                                       plan.bn // 32, plan.kc // 32 * 64)
         launch(dims, block, shared, a, b_q, b_scale_sh, out, m, a_map, b_map, s_map)
+
+    return run
+
+
+def _fp8_launcher(m, n, k, device, plan):
+    """launch(a, b_q, b_scale_sh, out) of an fp8 plan: A's e4m3 chunks and row exponents in a buffer
+    of this call, the quantization kernel, then the GEMM as its programmatic dependent (it starts
+    copying B while A is quantized); B's tensor map (128-byte swizzle) is encoded per call."""
+    module = _module(n, k, device, plan)
+    quantize_a = module.function("mxfp4_quant_a_e4m3").launcher("pppi")
+    gemm = module.function("mxfp4_gemm_fp8")
+    shared = smem_bytes(m, n, k, plan)
+    api = runtime.api_for(device)
+    api.check(api.drv.cuFuncSetAttribute(gemm.handle, _MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
+              "cuFuncSetAttribute")
+    launch_gemm = gemm.launcher("Tppppppi", dependent=True)
+    a_bytes = plan.mp * k
+    quant_block = (-(-(k // 32) // 32) * 32, 1, 1)  # a thread per 32-value block of a row
+    dims = grid(m, n, plan)
+
+    def run(a, b_q, b_scale_sh, out):
+        scratch = torch.empty(a_bytes + 4 * plan.mp, dtype=torch.uint8, device=a.device)
+        a_exp = scratch[a_bytes:]
+        b_map = runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, FP8_BN, 128,
+                                      swizzle=runtime.SWIZZLE_128B)
+        quantize_a((plan.mp, 1, 1), quant_block, 0, a, scratch, a_exp, m)
+        launch_gemm(dims, (FP8_THREADS, 1, 1), shared, b_map, b_scale_sh, scratch, a_exp, a, b_q, out, m)
 
     return run
 

@@ -1,5 +1,6 @@
 """Plans for the CUDA backend: the Plan type of mxfp4_gemm_sm90.cu, the PipePlan type of
-mxfp4_gemm_sm90_pipe.cu and the DequantPlan of mxfp4_dequant_sm90.cu + cuBLAS (all beside this file),
+mxfp4_gemm_sm90_pipe.cu, the Fp8Plan of mxfp4_gemm_sm90_fp8.cu and the DequantPlan of
+mxfp4_dequant_sm90.cu + cuBLAS (all beside this file),
 their geometry rules (they mirror the constexprs at the top of
 the kernels), the cost models, and the table by (M, N, K), whose entries may be of any of these types.
 
@@ -34,6 +35,18 @@ PIPE = "pipe"
 DequantPlan = collections.namedtuple("DequantPlan", "kind", defaults=("dq",))
 DEQUANT = "dq"
 DEQUANT_THREADS = 256
+# The fp8 kernel (mxfp4_gemm_sm90_fp8.cu, sm_90a): A quantized once per call to e4m3 with per-row
+# exponents by a first kernel, then its programmatic dependent: one CTA per 64 rows of B over all of
+# its K range, B codes converted to e4m3 in shared memory, e4m3 wgmma. kind: "f8"; mp: rows of A it
+# serves (the wgmma n: M's class, 8..128); stages: slots of its copy ring (`fp8_plan` fills as many
+# as fit); split_k: CTAs along K (one cluster, partial tiles summed in rank order).
+Fp8Plan = collections.namedtuple("Fp8Plan", "kind mp stages split_k", defaults=(1,))
+FP8 = "f8"
+FP8_KC = 256  # K per chunk (the kernel's KC)
+FP8_BN = 64   # rows of B per CTA
+FP8_THREADS = 160  # a warpgroup + the copy warp
+FP8_MPS = (8, 16, 32, 64, 128)  # the wgmma n sizes of the e4m3 wrappers in wgmma_sm90a.h
+FP8_STATIC_SMEM = 2048  # barriers and per-row exponents (ptxas -v: 1024-2048 bytes)
 PIPE_BNS = (64, 128, 192, 256)
 PIPE_BMS = (16, 32, 64, 128, 256)  # the wgmma n sizes of the "SS" wrappers in wgmma_sm90a.h
 PIPE_KCS = (64, 128)
@@ -64,9 +77,52 @@ def chunks_per_warp(k: int, plan: Plan) -> int:
     return -(-(-(-chunks(k) // plan.split_k)) // plan.wk)
 
 
+def fp8_stage_bytes(mp: int) -> int:
+    """A chunk in the fp8 kernel's ring: 64 rows of B codes and mp rows of A's e4m3 bytes."""
+    return FP8_BN * FP8_KC // 2 + mp * FP8_KC
+
+
+def fp8_smem_bytes(k: int, plan) -> int:
+    """The fp8 kernel's dynamic shared memory: the ring, two converted B chunks, the CTA's B scales
+    (two 32-row groups over all of K) and 1 KB of slack for the ring's 1024-byte alignment."""
+    scale_cols = (k // 32 + 7) // 8 * 8
+    return plan.stages * fp8_stage_bytes(plan.mp) + 2 * FP8_BN * FP8_KC + 2 * scale_cols * 32 + 1024
+
+
+def fp8_plan(m: int, k: int, split_k: int = 1):
+    """The fp8 plan for M's class and split_k with as many ring stages as fit (at most a CTA's chunks,
+    at most 16); None where the kernel does not serve the shape."""
+    mp = m_class(m)
+    if mp not in FP8_MPS or k % FP8_KC or not 1 <= split_k <= min(8, k // FP8_KC):
+        return None
+    fixed = fp8_smem_bytes(k, Fp8Plan(FP8, mp, 0)) + FP8_STATIC_SMEM
+    stages = min(-(-(k // FP8_KC) // split_k), 16, (MAX_SMEM - fixed) // fp8_stage_bytes(mp))
+    return Fp8Plan(FP8, mp, max(stages, 2), split_k) if stages >= 1 and fp8_smem_bytes(
+        k, Fp8Plan(FP8, mp, max(stages, 2))) + FP8_STATIC_SMEM <= MAX_SMEM else None
+
+
+def fp8_plans(m: int, n: int, k: int, compute_units: int = 132) -> list:
+    """The fp8 plans offered for a shape: no split, and the split that fills the GPU's SMs with
+    one CTA each (the most CTAs not above compute_units), where that differs."""
+    tiles = -(-n // FP8_BN)
+    fill = max(1, min(8, k // FP8_KC, compute_units // tiles)) if k % FP8_KC == 0 else 1
+    plans = [fp8_plan(m, k, split) for split in dict.fromkeys((1, fill))]
+    return [plan for plan in plans if plan is not None]
+
+
+def fp8_is_valid(m: int, n: int, k: int, plan) -> bool:
+    return (isinstance(plan, Fp8Plan) and plan.kind == FP8 and plan.mp in FP8_MPS and 1 <= m <= plan.mp
+            and k % FP8_KC == 0 and k // 32 <= 1024 and 2 <= plan.stages <= 16
+            and 1 <= plan.split_k <= min(8, k // FP8_KC)
+            and plan.mp * (FP8_BN + 4) * 4 <= plan.stages * fp8_stage_bytes(plan.mp)
+            and fp8_smem_bytes(k, plan) + FP8_STATIC_SMEM <= MAX_SMEM)
+
+
 def smem_bytes(m: int, n: int, k: int, plan) -> int:
     if isinstance(plan, DequantPlan):
         return 0
+    if isinstance(plan, Fp8Plan):
+        return fp8_smem_bytes(k, plan)
     if isinstance(plan, PipePlan):
         return pipe_smem_bytes(plan)
     threads = plan.wn * plan.wk * 32
@@ -82,6 +138,8 @@ def smem_bytes(m: int, n: int, k: int, plan) -> int:
 
 
 def grid(m: int, n: int, plan):
+    if isinstance(plan, Fp8Plan):
+        return (-(-n // FP8_BN), plan.split_k, 1)
     if isinstance(plan, PipePlan):
         return (-(-n // plan.bn), plan.split_k, -(-m // plan.bm))
     n_tiles, m_tiles = -(-n // (plan.wn * plan.nt * 16)), -(-m // plan.bm)
@@ -99,6 +157,8 @@ def dequant_grid(m: int, n: int, k: int, compute_units: int = 132):
 def is_valid(m: int, n: int, k: int, plan) -> bool:
     if isinstance(plan, DequantPlan):
         return plan.kind == DEQUANT
+    if isinstance(plan, Fp8Plan):
+        return fp8_is_valid(m, n, k, plan)
     if isinstance(plan, PipePlan):
         return pipe_is_valid(m, n, k, plan)
     threads = plan.wn * plan.wk * 32
@@ -114,6 +174,9 @@ def compile_options(n: int, k: int, plan) -> tuple:
     """The kernel's -D flags: N, K and the plan (not M, which the launch passes)."""
     if isinstance(plan, DequantPlan):
         return (f"-DGK={k}",)
+    if isinstance(plan, Fp8Plan):
+        split = (f"-DSPLITK={plan.split_k}",) if plan.split_k > 1 else ()
+        return (f"-DGN={n}", f"-DGK={k}", f"-DMP={plan.mp}", f"-DSTAGES={plan.stages}") + split
     if isinstance(plan, PipePlan):
         values = dict(GN=n, GK=k, BN=plan.bn, BM=plan.bm, SPLITK=plan.split_k, KC=plan.kc, STAGES=plan.stages)
         if plan.cw:
@@ -183,6 +246,8 @@ def plan_from_fields(fields):
     """A plan from its fields as a table lists them: the first field tells the plan types apart."""
     if fields[0] == DEQUANT:
         return DequantPlan(*fields)
+    if fields[0] == FP8:
+        return Fp8Plan(*fields)
     return PipePlan(*fields) if fields[0] == PIPE else Plan(*fields)
 
 

@@ -1,0 +1,378 @@
+// a4w4 MXFP4 GEMM for Hopper (sm_90a) on e4m3 tensor cores: C[M,N] = dq(q(A)) @ dq(B)^T in two
+// launches, the second a programmatic dependent of the first.
+//
+// Why e4m3: every e2m1 value times 2^d is an exact e4m3 normal for d in [-5, 6] (0.5 * 2^-5 = 2^-6 is
+// e4m3's smallest normal, 6 * 2^6 = 384 <= 448). So a row whose blocks' scales lie within 11 of its
+// largest is exactly (e4m3 values) x 2^(row exponent), the per-block scales fold into the bytes, and
+// one k32 e4m3 wgmma covers a block. The epilogue multiplies by 2^(A row exponent + B row exponent).
+//
+// 1. mxfp4_quant_a_e4m3 (one CTA per row of A, a thread per 32-value block): aiter's quantization
+//    (format.md §2, bit-exact), then the codes as e4m3 with the row's offset, written in the GEMM's
+//    chunk layout so that a chunk of A is one contiguous bulk copy; a_exp[m] = the row's exponent, or
+//    ROW_INEXACT when the row does not fold (a block more than 11 binades below the row's largest,
+//    an exponent out of [-64, 64], NaN or inf).
+// 2. mxfp4_gemm_fp8 (one CTA per 64 rows of B and K range: SPLITK CTAs along K form a cluster and
+//    sum their partial tiles in rank order through distributed shared memory): a copy warp fills
+//    a ring of chunks (B codes through a tensor map with the 128-byte swizzle, A's e4m3 chunk by a
+//    bulk copy issued after griddepcontrol.wait, so B's first stages are in flight while A is
+//    quantized); one warpgroup converts each chunk's B codes to e4m3 in shared memory (a byte lookup
+//    by prmt per 4 codes) and issues the chunk's wgmmas (B rows = wgmma M, the tokens = its N). Each
+//    chunk accumulates into a fresh partial that is added to fp32 registers once the chunk is done,
+//    so Hopper's reduced-precision fp8 accumulation spans at most KC values.
+//    A tile that does not fold (its B rows' scale bytes spread by more than 11, out of [63, 191], or
+//    an inexact A row) is recomputed in plain fp32 from A and B (`exact_partial`). Every CTA of a
+//    cluster reaches the same verdict: the B verdict reads the rows' scales over all of K.
+//
+// Layouts (both wgmma operands K-major without swizzle: 8-row x 16-byte core matrices, LBO = the
+// bytes between k16 groups, SBO = 128 between 8-row groups):
+//   A e4m3 in global memory and in a stage: [chunk][k16 group][MP rows] x 16 B;
+//   B converted, double-buffered: [k16 group][64 rows] x 16 B;
+//   B codes as the tensor map lands them: 64 rows x 128 B, 16-byte unit u of row r at r*128 + (u ^ r%8)*16.
+//
+// Compile-time configuration (-D): GN GK (shape), MP (rows of A padded: the wgmma n, 8..128),
+// STAGES (ring slots), SPLITK (CTAs along K, one cluster). M is a launch argument (M <= MP).
+
+#ifndef GN
+#define GN 7168
+#define GK 2048
+#define MP 64
+#define STAGES 6
+#endif
+#ifndef SPLITK
+#define SPLITK 1
+#endif
+
+#include "mxfp4_exact.h"
+#include "mxfp4_fold_sm90.h"
+#include "tma_sm90.h"
+#include "wgmma_sm90a.h"
+
+typedef unsigned long long u64;
+
+constexpr int KC = 256;                            // K per chunk: a B box row is 128 bytes, the swizzle's span
+constexpr int BN = 64;                             // rows of B per CTA: one m64 wgmma tile
+constexpr int KBLOCKS = GK / 32;
+constexpr int SCOLS = (KBLOCKS + 7) / 8 * 8;       // columns of the shuffled scale tensor
+constexpr int CHUNKS = GK / KC;
+constexpr int NB = KC / 32;                        // blocks per chunk
+constexpr int B_BOX = BN * KC / 2;                 // a chunk's B codes
+constexpr int A_CHUNK = MP * KC;                   // a chunk's A bytes (e4m3)
+constexpr int STAGE = B_BOX + A_CHUNK;
+constexpr int BOP = BN * KC;                       // a chunk's B converted to e4m3
+constexpr int GROUP_SCALES = SCOLS * 32;           // the scale bytes of one 32-row group of B
+constexpr int CONSUMERS = 128;                     // one warpgroup
+constexpr int NTHREADS = CONSUMERS + 32;           // + the copy warp
+constexpr int ROW_INEXACT = -1000;
+constexpr int P_STRIDE = BN + 4;                   // floats per row of the partial tile (conflict-free stores)
+// Dynamic shared memory: STAGES * STAGE + 2 * BOP + 2 * GROUP_SCALES + 1024 (plans.py's fp8_smem_bytes).
+
+static_assert(GK % KC == 0, "GK: whole chunks");
+static_assert(MP % 8 == 0 && MP >= 8 && MP <= 128, "MP: a wgmma n with a wrapper");
+static_assert(MP == 8 || MP == 16 || MP == 32 || MP == 64 || MP == 128, "MP: a wrapper of wgmma_sm90a.h");
+static_assert(STAGE % 1024 == 0, "stages stay 1024-byte aligned (the 128-byte swizzle)");
+static_assert(STAGES >= 2 && STAGES <= 16, "STAGES");
+static_assert(MP * P_STRIDE * 4 <= STAGES * STAGE, "the partial tile fits the ring");
+static_assert(SPLITK >= 1 && SPLITK <= 8 && SPLITK <= CHUNKS, "SPLITK");
+
+#if SPLITK > 1
+#define CLUSTER_ATTR __cluster_dims__(1, SPLITK, 1)
+#else
+#define CLUSTER_ATTR
+#endif
+
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;\n" :: "n"(CONSUMERS) : "memory"); }
+__device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// e4m3 bytes of the e2m1 magnitudes 0..7 times 2^d (d in [-5, 6]): exponent field + d. Code 0 stays 0.
+__device__ __forceinline__ u32 e4m3_lut_lo(int d) { return 0x3C383000u + (u32)(8 * d) * 0x01010100u; }
+__device__ __forceinline__ u32 e4m3_lut_hi(int d) { return 0x4C484440u + (u32)(8 * d) * 0x01010101u; }
+// Four e2m1 codes (16 bits, first value lowest) -> four e4m3 bytes.
+__device__ __forceinline__ u32 e2m1x4_to_e4m3(u32 x, u32 lo, u32 hi) {
+    return prmt(lo, hi, x & 0x7777u) | prmt(0x8000u, 0u, (x >> 3) & 0x1111u);
+}
+
+// ---- 1. A: quantized once per call -----------------------------------------------------------
+
+// Byte offset of (row m, k16 group g of K) in the chunk layout.
+__device__ __forceinline__ int a_offset(int m, int g) { return ((g / (KC / 16)) * (KC / 16) * MP + (g % (KC / 16)) * MP + m) * 16; }
+
+extern "C" __global__ void __launch_bounds__(1024)
+mxfp4_quant_a_e4m3(const u16* __restrict__ a, u8* __restrict__ a_e4m3, int* __restrict__ a_exp, int m_size) {
+    griddep_launch_dependents();  // the GEMM's CTAs may start now: they wait for this grid's writes
+    __shared__ int row_max, row_inexact;
+    const int m = blockIdx.x, blk = threadIdx.x;
+    if (blk == 0) { row_max = -127; row_inexact = 0; }
+    __syncthreads();
+    const bool block = blk < KBLOCKS, live = block && m < m_size;  // rows m_size..MP-1: zeros
+    uint4 v[4] = {};
+    if (live) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = ld_global_nc(a + (size_t)m * GK + blk * 32 + 8 * i);
+    }
+    const u32* w = reinterpret_cast<const u32*>(v);
+    u32 pair = 0;  // amax on magnitude bits (bf16 orders like unsigned integers; NaN sorts last)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) pair = max_u16x2(pair, w[i] & 0x7FFF7FFFu);
+    const u32 amax = max(pair & 0xFFFFu, pair >> 16);
+    const int e = block_exponent(amax);  // kernels/mxfp4_exact.h (NaN sorts last, as the reference)
+    if (live) atomicMax(&row_max, e);
+    __syncthreads();
+    const int emax = row_max, d = e - emax + 6;
+    if (live && amax != 0 && d < -5) row_inexact = 1;
+    const u32 lo = e4m3_lut_lo(max(d, -5)), hi = e4m3_lut_hi(max(d, -5));
+    const float inv = pow2_exact(-e);
+    u32 out[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {  // 4 values per output word, each value's code by the reference's thresholds
+        u32 codes = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const u32 bits = (w[(4 * i + j) / 2] >> (16 * ((4 * i + j) & 1))) & 0xFFFFu;
+            const float q = __uint_as_float(bits << 16) * inv;
+            const float mag = fabsf(q);  // NaN: every comparison false, code 0
+            const u32 code = (mag > 0.25f) + (mag >= 0.75f) + (mag > 1.25f) + (mag >= 1.75f) + (mag > 2.5f) +
+                             (mag >= 3.5f) + (mag > 5.0f);
+            codes |= (code | (bits >> 12 & 8u)) << (4 * j);
+        }
+        out[i] = e2m1x4_to_e4m3(codes, lo, hi);
+    }
+    if (block) {
+        *reinterpret_cast<uint4*>(a_e4m3 + a_offset(m, 2 * blk)) = make_uint4(out[0], out[1], out[2], out[3]);
+        *reinterpret_cast<uint4*>(a_e4m3 + a_offset(m, 2 * blk + 1)) = make_uint4(out[4], out[5], out[6], out[7]);
+    }
+    __syncthreads();
+    if (blk == 0) {
+        // an all-zero row folds at any exponent; NaN/inf blocks have exponent 127
+        const bool folds = !row_inexact && (emax == -127 || (emax >= -64 && emax <= 64));
+        a_exp[m] = m >= m_size ? 0 : !folds ? ROW_INEXACT : emax == -127 ? 0 : emax;
+    }
+}
+
+// ---- 2. the GEMM --------------------------------------------------------------------------------
+
+// Byte of scale (row r of the CTA's 64, block c) in the CTA's copy of the shuffled scales (format.md §3).
+__device__ __forceinline__ int local_scale_index(int r, int c) {
+    return (r >> 5) * GROUP_SCALES + (c >> 3) * 256 + (c & 3) * 64 + (r & 15) * 4 + ((c & 7) >> 2) * 2 + ((r & 31) >> 4);
+}
+
+// Largest and smallest scale byte of every row of the tile: thread t reads the words holding
+// (rows r, r+16 of its 32-row group) x (blocks q, q+4 of every 8), atomics combine its 4 q's.
+__device__ __forceinline__ void scale_range(const u8* scales, int* b_max, int* b_min, int t) {
+    const int r16 = t & 15, q = (t >> 4) & 3, g = t >> 6;
+    int hi0 = 0, hi1 = 0, lo0 = 255, lo1 = 255;
+    for (int o = 0; o < SCOLS / 8; ++o) {
+        const u32 w = *reinterpret_cast<const u32*>(scales + g * GROUP_SCALES + o * 256 + q * 64 + r16 * 4);
+        const int c = 8 * o + q;
+        if (c < KBLOCKS) {
+            hi0 = max(hi0, (int)(w & 0xFF)); lo0 = min(lo0, (int)(w & 0xFF));
+            hi1 = max(hi1, (int)(w >> 8 & 0xFF)); lo1 = min(lo1, (int)(w >> 8 & 0xFF));
+        }
+        if (c + 4 < KBLOCKS) {
+            hi0 = max(hi0, (int)(w >> 16 & 0xFF)); lo0 = min(lo0, (int)(w >> 16 & 0xFF));
+            hi1 = max(hi1, (int)(w >> 24)); lo1 = min(lo1, (int)(w >> 24));
+        }
+    }
+    atomicMax(&b_max[g * 32 + r16], hi0); atomicMin(&b_min[g * 32 + r16], lo0);
+    atomicMax(&b_max[g * 32 + r16 + 16], hi1); atomicMin(&b_min[g * 32 + r16 + 16], lo1);
+}
+
+// A chunk's B codes (64 rows x NB blocks, swizzled as landed) -> e4m3 operand [k16 group][64 rows] x 16 B.
+// Item = (row, block): 8 consecutive lanes take 8 consecutive rows of one block, so both the swizzled
+// reads and the operand writes are conflict-free.
+__device__ __forceinline__ void convert_b_chunk(const u8* codes, u8* op, const u8* scales, const int* b_max, int lc, int t) {
+#pragma unroll
+    for (int i = 0; i < BN * NB / CONSUMERS; ++i) {
+        const int item = t + i * CONSUMERS, r = item % BN, b = item / BN;
+        const uint4 x = *reinterpret_cast<const uint4*>(codes + r * 128 + ((b ^ (r & 7)) * 16));
+        const int d = max((int)scales[local_scale_index(r, lc * NB + b)] - b_max[r] + 6, -5);
+        const u32 lo = e4m3_lut_lo(d), hi = e4m3_lut_hi(d);
+        *reinterpret_cast<uint4*>(op + ((2 * b) * BN + r) * 16) =
+            make_uint4(e2m1x4_to_e4m3(x.x, lo, hi), e2m1x4_to_e4m3(x.x >> 16, lo, hi),
+                       e2m1x4_to_e4m3(x.y, lo, hi), e2m1x4_to_e4m3(x.y >> 16, lo, hi));
+        *reinterpret_cast<uint4*>(op + ((2 * b + 1) * BN + r) * 16) =
+            make_uint4(e2m1x4_to_e4m3(x.z, lo, hi), e2m1x4_to_e4m3(x.z >> 16, lo, hi),
+                       e2m1x4_to_e4m3(x.w, lo, hi), e2m1x4_to_e4m3(x.w >> 16, lo, hi));
+    }
+}
+
+// The chunk's NB wgmmas (k32 each) into a fresh partial sum, one commit group.
+__device__ __forceinline__ void issue_chunk_mmas(float (&part)[MP / 8][4], u32 b_op, u32 a_chunk) {
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < NB; ++s)
+        wgmma_ss_e4m3<MP>(part, wgmma_desc(b_op + 2 * s * BN * 16, BN * 16, 128),
+                          wgmma_desc(a_chunk + 2 * s * MP * 16, MP * 16, 128), s > 0);
+    wgmma_commit();
+}
+
+__device__ __forceinline__ void add_partial(float (&acc)[MP / 8][4], float (&part)[MP / 8][4]) {
+#pragma unroll
+    for (int j = 0; j < MP / 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[j][q] += part[j][q];
+}
+
+__device__ float b_value(const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh, int n, int k) {
+    const u32 byte = b_q[(size_t)n * (GK / 2) + k / 2];
+    const int si = (n >> 5) * GROUP_SCALES + ((k / 32) >> 3) * 256 + ((k / 32) & 3) * 64 + (n & 15) * 4 +
+                   (((k / 32) & 7) >> 2) * 2 + ((n & 31) >> 4);
+    return e2m1_e8m0_value(k & 1 ? byte >> 4 : byte & 15u, b_scale_sh[si]);
+}
+
+// The CTA's partial tile over its K blocks in plain fp32 (the reference's arithmetic, in K order),
+// for operands that do not fold (never on real data: this path is for correctness, not speed).
+__device__ __noinline__ void exact_partial(const u16* __restrict__ a, const u8* __restrict__ b_q,
+                                          const u8* __restrict__ b_scale_sh, float* part, int n0, int kb_begin,
+                                          int kb_end, int m_size, int t) {
+    for (int p = t; p < m_size * BN; p += CONSUMERS) {
+        const int m = p / BN, n = n0 + p % BN;
+        float acc = 0.f;
+        for (int kb = kb_begin; kb < kb_end && n < GN; ++kb) {
+            const u16* row = a + (size_t)m * GK + kb * 32;
+            u32 amax = 0;
+            for (int i = 0; i < 32; ++i) amax = max(amax, (u32)(row[i] & 0x7FFFu));
+            const int e = block_exponent(amax);
+            for (int i = 0; i < 32; ++i) acc = fmaf(quant_dequant(row[i], e), b_value(b_q, b_scale_sh, n, kb * 32 + i), acc);
+        }
+        part[m * P_STRIDE + p % BN] = acc;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1) CLUSTER_ATTR
+mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b_scale_sh,
+               const u8* __restrict__ a_e4m3, const int* __restrict__ a_exp, const u16* __restrict__ a,
+               const u8* __restrict__ b_q, u16* __restrict__ c, const int m_size) {
+    extern __shared__ __align__(1024) u8 smem_raw[];
+    __shared__ u64 full[STAGES], empty[STAGES], scales_landed;
+    __shared__ int b_max[BN], b_min[BN], a_shift[MP], inexact;
+    // The 128-byte swizzle repeats every 1024 bytes from a 1024-byte aligned address: the launch adds
+    // 1 KB of slack, and the ring starts at the first such address (static shared memory comes first).
+    u8* const smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    u8* const b_ops = smem + STAGES * STAGE;
+    u8* const scales = b_ops + 2 * BOP;
+    float* const part_tile = reinterpret_cast<float*>(smem);  // after the last chunk: the ring is free
+    // The warp index through a shuffle: ptxas then knows the roles are warp-uniform (asynchronous wgmmas).
+    const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xFFFFFFFFu, tid >> 5, 0);
+    const int n0 = blockIdx.x * BN, split = blockIdx.y;
+    const int chunk_begin = split * CHUNKS / SPLITK, chunks = (split + 1) * CHUNKS / SPLITK - chunk_begin;
+    const int groups = min(2, (GN - n0 + 31) / 32);  // 32-row groups of scales inside the tensor
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], CONSUMERS);
+        }
+        mbar_init(&scales_landed, 1);
+        mbar_init_fence();
+        inexact = 0;
+    }
+    if (tid < BN) { b_max[tid] = 0; b_min[tid] = 255; }
+    __syncthreads();
+
+    const bool consumer = warp < CONSUMERS / 32;
+    float acc[MP / 8][4], part[MP / 8][4];
+#pragma unroll
+    for (int j = 0; j < MP / 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[j][q] = part[j][q] = 0.f;
+    if (!consumer) {  // the copy warp: B's first stages, then (A ready) A's, then the ring
+        if (lane == 0) {
+            mbar_arrive_expect_bytes(&scales_landed, groups * GROUP_SCALES);
+            for (int g = 0; g < groups; ++g)
+                bulk_copy(scales + g * GROUP_SCALES, b_scale_sh + (size_t)(n0 / 32 + g) * GROUP_SCALES, GROUP_SCALES,
+                          &scales_landed);
+            const int first = min(STAGES, chunks);
+            for (int lc = 0; lc < first; ++lc) {
+                mbar_arrive_expect_bytes(&full[lc], STAGE);
+                tma_box(smem + lc * STAGE, b_map, (chunk_begin + lc) * KC / 2, n0, &full[lc]);
+            }
+            griddep_wait();
+            asm volatile("fence.proxy.async.global;\n" ::: "memory");  // A's bulk copies read what the first grid wrote
+            for (int lc = 0; lc < first; ++lc)
+                bulk_copy(smem + lc * STAGE + B_BOX, a_e4m3 + (size_t)(chunk_begin + lc) * A_CHUNK, A_CHUNK, &full[lc]);
+            for (int lc = first; lc < chunks; ++lc) {
+                const int s = lc % STAGES;
+                mbar_wait(&empty[s], (lc / STAGES - 1) & 1);
+                mbar_arrive_expect_bytes(&full[s], STAGE);
+                tma_box(smem + s * STAGE, b_map, (chunk_begin + lc) * KC / 2, n0, &full[s]);
+                bulk_copy(smem + s * STAGE + B_BOX, a_e4m3 + (size_t)(chunk_begin + lc) * A_CHUNK, A_CHUNK, &full[s]);
+            }
+        }
+        __syncwarp();
+    } else {
+        const int t = tid;
+        mbar_wait(&scales_landed, 0);
+        scale_range(scales, b_max, b_min, t);
+        griddep_wait();
+        for (int m = t; m < MP; m += CONSUMERS) {
+            const int e = a_exp[m];
+            if (e == ROW_INEXACT && m < m_size) inexact = 1;
+            a_shift[m] = e - 6;
+        }
+        consumers_sync();
+        if (t < BN && n0 + t < GN) {
+            const int hi = b_max[t], lo = b_min[t];
+            if (hi - lo > 11 || hi < 63 || hi > 191) inexact = 1;
+        }
+#pragma unroll 1
+        for (int lc = 0; lc < chunks; ++lc) {
+            const int s = lc % STAGES;
+            mbar_wait(&full[s], (lc / STAGES) & 1);
+            u8* const op = b_ops + (lc & 1) * BOP;
+            convert_b_chunk(smem + s * STAGE, op, scales, b_max, chunk_begin + lc, t);
+            proxy_fence();
+            consumers_sync();
+            if (lc > 0) {  // chunk lc-1's MMAs: done, added, its stage released
+                wgmma_wait<0>();
+                wgmma_keep(part);
+                add_partial(acc, part);
+                mbar_arrive(&empty[(lc - 1) % STAGES]);
+            }
+            issue_chunk_mmas(part, smem_addr(op), smem_addr(smem + s * STAGE + B_BOX));
+        }
+        wgmma_wait<0>();
+        wgmma_keep(part);
+        add_partial(acc, part);
+        consumers_sync();  // every chunk landed and was read: the ring becomes the partial tile
+
+        if (inexact) {
+            exact_partial(a, b_q, b_scale_sh, part_tile, n0, chunk_begin * NB, (chunk_begin + chunks) * NB, m_size, t);
+        } else {
+            // accumulator d[j][q]: B row 16 * warp + lane / 4 (+8 for q >= 2), token 8j + 2 * (lane % 4) (+1 odd q);
+            // the row exponents scale it exactly (a power of two), so split partials share their units
+            const int r = 16 * warp + (lane >> 2), m0 = 2 * (lane & 3);
+            const int br0 = b_max[r] - 133, br1 = b_max[r + 8] - 133;
+#pragma unroll
+            for (int j = 0; j < MP / 8; ++j) {
+                const int m = 8 * j + m0;
+                float* p = part_tile + m * P_STRIDE + r;
+                p[0] = acc[j][0] * pow2_exact(a_shift[m] + br0);
+                p[P_STRIDE] = acc[j][1] * pow2_exact(a_shift[m + 1] + br0);
+                p[8] = acc[j][2] * pow2_exact(a_shift[m] + br1);
+                p[P_STRIDE + 8] = acc[j][3] * pow2_exact(a_shift[m + 1] + br1);
+            }
+        }
+    }
+    // The partial tiles, summed over the cluster's ranks in rank order (deterministic); each rank
+    // stores its share of the tile's float4 columns.
+    if constexpr (SPLITK > 1) cluster_sync();
+    else __syncthreads();
+    constexpr int F4 = MP * BN / 4;
+    const int f_begin = split * F4 / SPLITK, f_end = (split + 1) * F4 / SPLITK;
+    for (int f = f_begin + tid; f < f_end; f += NTHREADS) {
+        const int m = f / (BN / 4), nl = (f % (BN / 4)) * 4;
+        if (m >= m_size || n0 + nl >= GN) continue;  // (cluster peers are only read below: no barrier in this loop)
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+        const float* p = part_tile + m * P_STRIDE + nl;
+#pragma unroll
+        for (int r = 0; r < SPLITK; ++r) {
+            float4 v;
+            if constexpr (SPLITK > 1) v = ld_cluster_f4(smem_addr(p), (u32)r);
+            else v = *reinterpret_cast<const float4*>(p);
+            sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+        }
+        store_bf16x4(c + (size_t)m * GN + n0 + nl, sum);
+    }
+    if constexpr (SPLITK > 1) cluster_sync_relaxed();  // peers may still be reading this CTA's partial tile
+}

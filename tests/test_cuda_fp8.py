@@ -1,0 +1,298 @@
+"""The fp8 kernel of the cuda backend (backends/cuda/mxfp4_gemm_sm90_fp8.cu, Fp8Plan).
+
+CPU: the e2m1 -> e4m3 byte lookup the kernel uses (modelled bit for bit, every code and every
+exponent offset it allows), plan geometry and validity, labels, table round trip, the tensor map's
+swizzle rules, and an nvcc build of the benchmark shapes' plans without spills or serialized wgmmas
+(skipped without nvcc). GPU (@pytest.mark.gpu, sm_90): the benchmark shapes and odd shapes against
+the reference, operands outside the folded range (the exact fallback), the huge-block input, fresh
+outputs and data, one build per M class, and a captured graph (the dependent launch inside it).
+"""
+
+import concurrent.futures
+import re
+import shutil
+import struct
+import subprocess
+
+import pytest
+import torch
+
+from mxfp4_mm import bench, runtime
+from mxfp4_mm.backends import cuda
+from mxfp4_mm.backends.cuda import plans as cuda_plans
+from mxfp4_mm.backends.cuda.plans import FP8, Fp8Plan
+from mxfp4_mm.kernels import source_paths
+from conftest import assert_fresh_outputs_and_fresh_data, assert_harness_close, make_inputs, reference_output
+
+BENCH_SHAPES = [(4, 2880, 512), (16, 2112, 7168), (32, 4096, 512), (32, 2880, 512), (64, 7168, 2048)]
+E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+# ---- CPU: the byte lookup ----------------------------------------------------------------------
+
+def _prmt(a, b, selector):
+    """PTX prmt.b32 (default mode): byte i of the result is byte (nibble i of selector) of b:a,
+    replicated sign when the nibble's bit 3 is set."""
+    pool = struct.pack("<II", a & 0xFFFFFFFF, b & 0xFFFFFFFF)
+    out = 0
+    for i in range(4):
+        nibble = (selector >> (4 * i)) & 0xF
+        byte = pool[nibble & 7]
+        if nibble & 8:
+            byte = 0xFF if byte & 0x80 else 0
+        out |= byte << (8 * i)
+    return out
+
+
+def _e4m3_value(byte):
+    sign = -1.0 if byte & 0x80 else 1.0
+    exponent, mantissa = (byte >> 3) & 0xF, byte & 7
+    if exponent == 0:
+        return sign * mantissa * 2.0 ** -9
+    return sign * (1 + mantissa / 8) * 2.0 ** (exponent - 7)
+
+
+def _kernel_source():
+    return source_paths()[cuda.FP8_SOURCE].read_text()
+
+
+def _lut(d):
+    """e4m3_lut_lo / e4m3_lut_hi of the kernel, in u32 arithmetic."""
+    return (0x3C383000 + ((8 * d) & 0xFFFFFFFF) * 0x01010100) & 0xFFFFFFFF, \
+           (0x4C484440 + ((8 * d) & 0xFFFFFFFF) * 0x01010101) & 0xFFFFFFFF
+
+
+def test_the_kernel_states_the_lookup_modelled_here():
+    source = _kernel_source()
+    assert "0x3C383000u + (u32)(8 * d) * 0x01010100u" in source
+    assert "0x4C484440u + (u32)(8 * d) * 0x01010101u" in source
+    assert "prmt(lo, hi, x & 0x7777u) | prmt(0x8000u, 0u, (x >> 3) & 0x1111u)" in source
+
+
+@pytest.mark.parametrize("d", range(-5, 7))
+def test_every_code_becomes_its_exact_e4m3_value(d):
+    """All 16 codes in each of the 4 positions of a 16-bit group: e2m1 * 2^d exactly (signed zero too)."""
+    lo, hi = _lut(d)
+    for code in range(16):
+        for position in range(4):
+            x = code << (4 * position)
+            word = _prmt(lo, hi, x & 0x7777) | _prmt(0x8000, 0, (x >> 3) & 0x1111)
+            byte = (word >> (8 * position)) & 0xFF
+            want = (-1.0 if code & 8 else 1.0) * E2M1[code & 7] * 2.0 ** d
+            assert _e4m3_value(byte) == want, (d, code, position)
+            assert (byte & 0x80) == (0x80 if code & 8 else 0)
+
+
+def test_the_lookup_leaves_the_normal_range_outside_the_offsets_the_kernel_allows():
+    """d = -6 would make 0.5 * 2^d an e4m3 subnormal, d = 7 would reach 768 > 448: the kernel clamps
+    to -5 and marks such rows inexact, and the largest exponent sets d = 6."""
+    assert 0.5 * 2.0 ** -6 < 2.0 ** -6 and 6 * 2.0 ** 7 > 448
+
+
+# ---- CPU: plans --------------------------------------------------------------------------------
+
+def test_fp8_plans_of_the_benchmark_shapes_fit():
+    for m, n, k in BENCH_SHAPES:
+        plan = cuda_plans.fp8_plan(m, k)
+        assert plan is not None and plan.mp == cuda_plans.m_class(m) >= m
+        assert cuda_plans.is_valid(m, n, k, plan)
+        assert 2 <= plan.stages <= min(16, k // 256)
+        assert cuda_plans.smem_bytes(m, n, k, plan) + cuda_plans.FP8_STATIC_SMEM <= cuda_plans.MAX_SMEM
+        assert cuda_plans.grid(m, n, plan) == (-(-n // 64), 1, 1)
+        for split in cuda_plans.fp8_plans(m, n, k):
+            assert cuda_plans.is_valid(m, n, k, split)
+            assert cuda_plans.grid(m, n, split)[0] * split.split_k <= 132 or split.split_k == 1
+
+
+def test_fp8_validity_rules():
+    assert cuda_plans.fp8_plan(256, 1536) is None  # the widest e4m3 wrapper is n = 128
+    assert cuda_plans.fp8_plan(64, 640) is None  # K in whole chunks of 256
+    plan = Fp8Plan(FP8, 64, 4)
+    assert cuda_plans.is_valid(64, 7168, 2048, plan) and cuda_plans.is_valid(33, 7168, 2048, plan)
+    assert not cuda_plans.is_valid(65, 7168, 2048, plan)  # M beyond the rows it serves
+    assert not cuda_plans.is_valid(64, 7168, 2048, plan._replace(stages=1))
+    assert not cuda_plans.is_valid(64, 7168, 2048, plan._replace(stages=40))  # over the shared memory
+    assert not cuda_plans.is_valid(64, 7168, 2048, plan._replace(mp=48))
+    assert cuda_plans.is_valid(64, 7168, 2048, plan._replace(split_k=8))
+    assert not cuda_plans.is_valid(64, 7168, 2048, plan._replace(split_k=9))
+    assert not cuda_plans.is_valid(64, 7168, 512, plan._replace(split_k=3))  # more splits than chunks
+    assert cuda_plans.fp8_plan(16, 7168, 4).stages == 7  # a CTA's 7 chunks
+
+
+def test_fp8_labels_options_and_table_round_trip():
+    plan = cuda_plans.fp8_plan(64, 2048)
+    assert cuda.plan_label(plan) == f"f8.m64.q{plan.stages}"
+    assert cuda.plan_family(plan) == "f8"
+    assert cuda_plans.plan_from_fields(tuple(plan)) == plan
+    assert cuda_plans.compile_options(7168, 2048, plan) == ("-DGN=7168", "-DGK=2048", "-DMP=64", f"-DSTAGES={plan.stages}")
+    split = cuda_plans.fp8_plan(16, 7168, 4)
+    assert cuda.plan_label(split) == "f8.m16.q7.s4" and cuda_plans.compile_options(2112, 7168, split)[-1] == "-DSPLITK=4"
+    assert cuda_plans.grid(16, 2112, split) == (33, 4, 1)
+
+
+def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
+    monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)
+    monkeypatch.setattr(cuda, "compute_units", lambda device: 132)
+    cuda._candidates.cache_clear()
+    try:
+        monkeypatch.setattr(cuda, "FP8_MEMCHECKED", False)
+        assert not any(isinstance(p, Fp8Plan) for p in cuda.candidates(64, 7168, 2048, "cuda"))
+        cuda._candidates.cache_clear()
+        monkeypatch.setattr(cuda, "FP8_MEMCHECKED", True)
+        offered = [p for p in cuda.candidates(64, 7168, 2048, "cuda") if isinstance(p, Fp8Plan)]
+        assert offered == [cuda_plans.fp8_plan(64, 2048)]  # 112 tiles: no split fills the SMs
+        offered = [p for p in cuda.candidates(16, 2112, 7168, "cuda") if isinstance(p, Fp8Plan)]
+        assert offered == [cuda_plans.fp8_plan(16, 7168), cuda_plans.fp8_plan(16, 7168, 4)]  # 33 tiles x 4
+        assert not any(isinstance(p, Fp8Plan) for p in cuda.candidates(256, 3072, 1536, "cuda"))
+    finally:
+        cuda._candidates.cache_clear()
+
+
+def test_swizzled_tensor_maps_take_rows_of_at_most_128_bytes():
+    runtime.check_tensor_map_2d(0, 1, 7168, 1024, 1024, 64, 128, runtime.SWIZZLE_128B)
+    with pytest.raises(ValueError, match="128-byte swizzled"):
+        runtime.check_tensor_map_2d(0, 1, 7168, 1024, 1024, 64, 256, runtime.SWIZZLE_128B)
+    with pytest.raises(ValueError, match="swizzle"):
+        runtime.check_tensor_map_2d(0, 1, 7168, 1024, 1024, 64, 128, 2)
+
+
+def _ptxas_report(n, k, plan, tmp_path):
+    kernels = source_paths()[cuda.FP8_SOURCE].parent
+    command = ["nvcc", "-arch=sm_90a", "-std=c++17", "-cubin", "-Xptxas", "-v", f"-I{kernels}",
+               f"-I{source_paths()['mxfp4_exact.h'].parent}", *cuda_plans.compile_options(n, k, plan),
+               "-o", str(tmp_path / f"f8_{n}_{k}_{plan.mp}_{plan.split_k}.cubin"), str(kernels / cuda.FP8_SOURCE)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    return plan, done.returncode, done.stdout + done.stderr
+
+
+def test_fp8_plans_build_without_spills(tmp_path):
+    """nvcc -arch=sm_90a of the benchmark shapes' fp8 plans (and M class 128): no spills, no wgmma
+    serialized by ptxas (C7515/C7518), registers within a 160-thread CTA's share."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    work = [(n, k, plan) for m, n, k in BENCH_SHAPES + [(128, 3072, 1536)] for plan in cuda_plans.fp8_plans(m, n, k)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        reports = list(pool.map(lambda w: _ptxas_report(*w, tmp_path), work))
+    for plan, code, report in reports:
+        assert code == 0, report[-2000:]
+        assert report.count("0 bytes spill stores") == report.count("spill stores"), report
+        assert "C7518" not in report and "C7515" not in report, (plan, report)
+        registers = int(re.search(r"Used (\d+) registers", report.split("function 'mxfp4_gemm_fp8'")[-1]).group(1))
+        assert registers <= 255, (plan, registers)
+
+
+
+# ---- GPU ----------------------------------------------------------------------------------------
+
+def _sm90():
+    return torch.cuda.is_available() and cuda.is_available(torch.device("cuda")) \
+        and torch.cuda.get_device_capability() == (9, 0)
+
+
+def _check(m, n, k, plan=None, seed=0):
+    """Every offered fp8 plan of the shape (no split, and the split that fills the SMs), or `plan`."""
+    data = make_inputs(m, n, k, seed=seed, device="cuda")
+    for plan in [plan] if plan else cuda_plans.fp8_plans(m, n, k):
+        run = cuda.make_runner(m, n, k, torch.device("cuda"), plan)
+        assert run.plan == plan
+        assert_harness_close(run(data[0], data[2], data[3], data[4]), reference_output(data))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", BENCH_SHAPES + [(8, 2112, 7168), (128, 3072, 1536), (64, 3072, 1536)])
+def test_fp8_plan_on_the_task_shapes(shape):
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    _check(*shape, seed=21)
+
+
+# Partial M classes (1, 5, 17, 33, 100), whole ones (8, 128); N = 16, 48 (a partial 64-row tile,
+# one 32-row scale group), 80, 2880; K = 256 (one chunk), 768, 7168 (28 chunks, more than the ring).
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 5, 8, 17, 33, 100, 128])
+@pytest.mark.parametrize("n", [16, 48, 80, 2880])
+@pytest.mark.parametrize("k", [256, 768, 7168])
+def test_odd_shapes(m, n, k):
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    _check(m, n, k, seed=m + n + k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stages", [2, 3])
+def test_short_rings(stages):
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    _check(40, 320, 2048, Fp8Plan(FP8, 64, stages), seed=stages)
+    _check(40, 320, 2048, Fp8Plan(FP8, 64, stages, 3), seed=stages)  # split 3 of 8 chunks: 2, 3, 3
+
+
+@pytest.mark.gpu
+def test_fresh_outputs_and_fresh_data():
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    m, n, k = 64, 7168, 2048
+    run = cuda.make_runner(m, n, k, torch.device("cuda"), cuda_plans.fp8_plan(m, k))
+    assert_fresh_outputs_and_fresh_data(run, m, n, k)
+
+
+@pytest.mark.gpu
+def test_one_build_serves_its_m_class():
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    n, k, plan = 1024, 1536, Fp8Plan(FP8, 64, 4)
+    loaded = runtime.stats["loaded"]
+    for m in (33, 40, 64):
+        _check(m, n, k, plan, seed=m)
+    assert runtime.stats["loaded"] - loaded <= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(64, 7168, 2048), (5, 2112, 7168), (33, 480, 1536)])
+def test_out_of_range_operands_match_the_reference(shape):
+    from test_cuda_backend import EXTREME_CASES, NON_FINITE_CASES, _extreme, assert_matches_spec
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    for plan in cuda_plans.fp8_plans(*shape):
+        run = cuda.make_runner(*shape, torch.device("cuda"), plan)
+        for case in EXTREME_CASES:
+            data = _extreme(*shape, case)
+            out = run(data[0], data[2], data[3], data[4])
+            assert bool(reference_output(data).isfinite().all()) == (case not in NON_FINITE_CASES), case
+            assert_matches_spec(out, data, case)
+
+
+@pytest.mark.gpu
+def test_huge_block_input_matches_the_exact_sum():
+    """A row with one block near 2^70 does not fold: the tile's exact fallback sums it in order."""
+    from test_cuda_pipe import HUGE_BLOCK_SHAPE, _huge_block_inputs
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    m, n, k = HUGE_BLOCK_SHAPE
+    data = _huge_block_inputs("cuda")
+    for plan in cuda_plans.fp8_plans(m, n, k):
+        run = cuda.make_runner(m, n, k, torch.device("cuda"), plan)
+        assert_harness_close(run(data[0], data[2], data[3], data[4]).cpu(), bench.blockwise_exact_reference(data))
+
+
+@pytest.mark.gpu
+def test_in_a_captured_graph():
+    """Both launches (the GEMM a programmatic dependent of the quantization) replay from a graph."""
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    shape = (64, 7168, 2048)
+    data = make_inputs(*shape, seed=21, device="cuda")
+    run = cuda.make_runner(*shape, torch.device("cuda"), cuda_plans.fp8_plan(shape[0], shape[2]))
+    for _ in range(2):
+        run(data[0], data[2], data[3], data[4])
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run(data[0], data[2], data[3], data[4])
+    for replay in range(3):
+        fresh = make_inputs(*shape, seed=40 + replay, device="cuda")
+        for captured, new in zip(data, fresh):
+            captured.copy_(new)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_harness_close(out, reference_output(fresh))
