@@ -140,9 +140,11 @@ def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
         cuda._candidates.cache_clear()
         monkeypatch.setattr(cuda, "FP8_MEMCHECKED", True)
         offered = [p for p in cuda.candidates(64, 7168, 2048, "cuda") if isinstance(p, Fp8Plan)]
-        assert offered == [cuda_plans.fp8_plan(64, 2048)]  # 112 tiles: no split fills the SMs
+        deepest = cuda_plans.fp8_plan(64, 2048)
+        assert offered == [deepest, deepest._replace(stages=4)]  # 112 tiles: no split keeps a CTA per SM
         offered = [p for p in cuda.candidates(16, 2112, 7168, "cuda") if isinstance(p, Fp8Plan)]
-        assert offered == [cuda_plans.fp8_plan(16, 7168), cuda_plans.fp8_plan(16, 7168, 4)]  # 33 tiles x 4
+        assert [p.split_k for p in offered] == [1, 1, 4, 4, 3, 3, 2, 2]  # 33 tiles x 4 <= 132
+        assert all(p.stages == 4 for p in offered[1::2])
         assert not any(isinstance(p, Fp8Plan) for p in cuda.candidates(256, 3072, 1536, "cuda"))
     finally:
         cuda._candidates.cache_clear()

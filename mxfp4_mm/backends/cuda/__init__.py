@@ -58,9 +58,10 @@ PIPE_MEMCHECKED = True
 # The pipe plans' tensor-map copy mode (`tma`): its GPU tests and tools/sanitize_kernels.py under
 # memcheck passed on an H200 (2026-12-05, notes/verification.md), so its twins are offered too.
 PIPE_TMA_MEMCHECKED = True
-# The fp8 plans (A to e4m3 once per call, then e4m3 wgmma over all of K): offered once their GPU
-# tests and tools/sanitize_kernels.py under memcheck have passed (notes/verification.md).
-FP8_MEMCHECKED = False
+# The fp8 plans (A to e4m3 once per call, then e4m3 wgmma over all of K or a split of it): offered
+# since their GPU tests and tools/sanitize_kernels.py under memcheck passed on an H100 (2026-12-06,
+# notes/verification.md).
+FP8_MEMCHECKED = True
 
 
 @functools.lru_cache(maxsize=256)
