@@ -1,11 +1,13 @@
 """CUDA backend (Hopper, sm_90+): one launch of `mxfp4_gemm_sm90.cu` (beside this file) per call, or,
 for a PipePlan (sm_90a), of `mxfp4_gemm_sm90_pipe.cu` (chunk-pipelined wgmma, both operands from
-shared memory), or, for the DequantPlan, `mxfp4_dequant_sm90.cu` (both operands to bf16, exactly)
-followed by one cuBLAS bf16 GEMM. Plans, their geometry and cost models are in `plans.py`.
+shared memory), or, for an Fp8Plan (sm_90a), the two kernels of `mxfp4_gemm_sm90_fp8.cu` (A to e4m3
+once, then e4m3 wgmma as its programmatic dependent), or, for the DequantPlan, `mxfp4_dequant_sm90.cu`
+(both operands to bf16, exactly) followed by one cuBLAS bf16 GEMM. Plans, their geometry and cost
+models are in `plans.py`.
 
 The kernel quantizes A itself, reads B codes once from B_q and B scales from the shuffled
 B_scale_sh, runs bf16 tensor-core MMAs with the scales folded into the operands, and sums split-K
-partials inside a thread-block cluster. It keeps no state between calls (no scratch, no counters),
+partials inside a thread-block cluster. It keeps no state between calls (scratch only inside a call, no counters),
 so one runner may serve any queue. Compiled through NVRTC (disk-cached) once per (N, K, plan):
 M is a launch argument, and plans are picked per M class, so varying batch sizes reuse builds.
 """
