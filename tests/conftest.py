@@ -65,6 +65,25 @@ def assert_fresh_outputs_and_fresh_data(run, m, n, k):
     assert_harness_close(out2, reference_output(second))
 
 
+def assert_replays_in_a_captured_graph(run, m, n, k):
+    """`run` captured in a graph after two eager calls; three replays, each on new values written into
+    the captured inputs, match the reference (the kernels read the inputs, not values cached)."""
+    data = make_inputs(m, n, k, seed=21, device="cuda")
+    for _ in range(2):
+        run(data[0], data[2], data[3], data[4])
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run(data[0], data[2], data[3], data[4])
+    for replay in range(3):
+        fresh = make_inputs(m, n, k, seed=40 + replay, device="cuda")
+        for captured, new in zip(data, fresh):
+            captured.copy_(new)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_harness_close(out, reference_output(fresh))
+
+
 # ---- backends by name, for tests that run each one directly -------------------------------------
 
 GPU_BACKENDS = tuple(dispatch.BACKEND_MODULES) + ("hip-emulated",)  # the HIP kernels on NVIDIA

@@ -16,8 +16,8 @@ import torch
 from mxfp4_mm.backends import cuda
 from mxfp4_mm.backends.cuda import plans as cuda_plans
 from mxfp4_mm.backends.cuda.plans import PLANS, general_plan
-from conftest import (assert_fresh_outputs_and_fresh_data, assert_harness_close, build_concurrently, make_inputs,
-                      reference_output)
+from conftest import (assert_fresh_outputs_and_fresh_data, assert_harness_close, assert_replays_in_a_captured_graph,
+                      build_concurrently, make_inputs, reference_output)
 
 GOLDEN = Path(__file__).parent / "data" / "mxfp4_quant.pt"
 TASK_SHAPES = [(8, 2112, 7168), (16, 3072, 1536), (64, 3072, 1536), (256, 2880, 512),
@@ -149,21 +149,7 @@ def test_dequant_plan_in_a_captured_graph():
     if not _hopper():
         pytest.skip("needs sm_90")
     shape = (256, 3072, 1536)
-    data = make_inputs(*shape, seed=21, device="cuda")
-    run = cuda.make_runner(*shape, torch.device("cuda"), cuda_plans.DequantPlan())
-    for _ in range(2):
-        run(data[0], data[2], data[3], data[4])
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = run(data[0], data[2], data[3], data[4])
-    for replay in range(3):
-        fresh = make_inputs(*shape, seed=40 + replay, device="cuda")
-        for captured, new in zip(data, fresh):
-            captured.copy_(new)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert_harness_close(out, reference_output(fresh))
+    assert_replays_in_a_captured_graph(cuda.make_runner(*shape, torch.device("cuda"), cuda_plans.DequantPlan()), *shape)
 
 
 @pytest.mark.gpu
@@ -304,7 +290,11 @@ def test_out_of_range_operands_match_the_reference(shape, plan):
         pytest.skip("needs sm_90")
     plan = cuda_plans.plan_from_fields(plan) if plan else None
     assert plan is None or cuda_plans.is_valid(*shape, plan)
-    run = cuda.make_runner(*shape, torch.device("cuda"), plan)
+    assert_out_of_range_cases_match(cuda.make_runner(*shape, torch.device("cuda"), plan), shape)
+
+
+def assert_out_of_range_cases_match(run, shape):
+    """Every EXTREME_CASES input through `run`, judged by assert_matches_spec."""
     for case in EXTREME_CASES:
         data = _extreme(*shape, case)
         out = run(data[0], data[2], data[3], data[4])

@@ -22,7 +22,8 @@ from mxfp4_mm.backends import cuda
 from mxfp4_mm.backends.cuda import plans as cuda_plans
 from mxfp4_mm.backends.cuda.plans import FP8, Fp8Plan
 from mxfp4_mm.kernels import source_paths
-from conftest import assert_fresh_outputs_and_fresh_data, assert_harness_close, make_inputs, reference_output
+from conftest import (assert_fresh_outputs_and_fresh_data, assert_harness_close, assert_replays_in_a_captured_graph,
+                      make_inputs, reference_output)
 
 BENCH_SHAPES = [(4, 2880, 512), (16, 2112, 7168), (32, 4096, 512), (32, 2880, 512), (64, 7168, 2048)]
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -252,16 +253,11 @@ def test_one_build_serves_its_m_class():
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(64, 7168, 2048), (5, 2112, 7168), (33, 480, 1536)])
 def test_out_of_range_operands_match_the_reference(shape):
-    from test_cuda_backend import EXTREME_CASES, NON_FINITE_CASES, _extreme, assert_matches_spec
+    from test_cuda_backend import assert_out_of_range_cases_match
     if not _sm90():
         pytest.skip("needs sm_90 (wgmma)")
     for plan in cuda_plans.fp8_plans(*shape):
-        run = cuda.make_runner(*shape, torch.device("cuda"), plan)
-        for case in EXTREME_CASES:
-            data = _extreme(*shape, case)
-            out = run(data[0], data[2], data[3], data[4])
-            assert bool(reference_output(data).isfinite().all()) == (case not in NON_FINITE_CASES), case
-            assert_matches_spec(out, data, case)
+        assert_out_of_range_cases_match(cuda.make_runner(*shape, torch.device("cuda"), plan), shape)
 
 
 @pytest.mark.gpu
@@ -283,18 +279,5 @@ def test_in_a_captured_graph():
     if not _sm90():
         pytest.skip("needs sm_90 (wgmma)")
     shape = (64, 7168, 2048)
-    data = make_inputs(*shape, seed=21, device="cuda")
     run = cuda.make_runner(*shape, torch.device("cuda"), cuda_plans.fp8_plan(shape[0], shape[2]))
-    for _ in range(2):
-        run(data[0], data[2], data[3], data[4])
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = run(data[0], data[2], data[3], data[4])
-    for replay in range(3):
-        fresh = make_inputs(*shape, seed=40 + replay, device="cuda")
-        for captured, new in zip(data, fresh):
-            captured.copy_(new)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert_harness_close(out, reference_output(fresh))
+    assert_replays_in_a_captured_graph(run, *shape)
