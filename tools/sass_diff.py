@@ -98,13 +98,15 @@ def plan_builds(kernel: str, shapes: str) -> list:
         m, n, k = (int(v) for v in item.split(","))
         if kernel == "pipe":
             plans = cuda_plans.pipe_plans(m, n, k)
-        elif kernel == "candidates":  # what the tuner is offered on an H200 (132 SMs, pipe plans too)
-            plans = cuda._candidates(m, n, k, H200_UNITS, True, cuda.PIPE_TMA_MEMCHECKED)
+        elif kernel == "candidates":  # what the tuner is offered on an H200 (132 SMs, pipe and fp8 plans too)
+            plans = cuda._candidates(m, n, k, H200_UNITS, True, cuda.PIPE_TMA_MEMCHECKED, cuda.FP8_MEMCHECKED)
+        elif kernel == "fp8":
+            plans = cuda_plans.fp8_plans(m, n, k, H200_UNITS)
         else:  # the table's plan and the cost model's first candidates
             plans = [cuda_plans.plan_for_shape(m, n, k)] + cuda_plans.ranked_plans(m, n, k, limit=8)
         for plan in plans:
             source = cuda._source(plan)
-            arch = "sm_90a" if isinstance(plan, cuda_plans.PipePlan) else "sm_90"
+            arch = "sm_90a" if isinstance(plan, (cuda_plans.PipePlan, cuda_plans.Fp8Plan)) else "sm_90"
             builds[(source, cuda_plans.compile_options(n, k, plan), arch)] = None
     return list(builds)
 
@@ -131,7 +133,7 @@ def export_working_tree(target: Path) -> None:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="git revision of the sources to compare against")
-    parser.add_argument("--kernel", choices=("pipe", "table", "candidates"), default="pipe")
+    parser.add_argument("--kernel", choices=("pipe", "table", "candidates", "fp8"), default="pipe")
     parser.add_argument("--shapes", default=BENCH_SHAPES, help="'m,n,k;m,n,k' (default: the benchmark shapes)")
     parser.add_argument("--fail-on-diff", action="store_true")
     args = parser.parse_args(argv)

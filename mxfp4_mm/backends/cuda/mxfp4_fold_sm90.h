@@ -144,3 +144,30 @@ __device__ __forceinline__ float4 ld_cluster_f4(u32 local_addr, u32 rank) {
                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(cluster_addr(local_addr, rank)) : "memory");
     return v;
 }
+
+// Split-K epilogue shared by the pipe and fp8 kernels: the RANKS partial tiles of a cluster (ROWS x COLS
+// fp32 at `part`, ROW_FLOATS floats a row, at the same offset in every rank's shared memory) summed in
+// rank order (deterministic) and stored as bf16 to c[(m0 + row) * ldc + n0 + col]. Each rank stores its
+// share of the tile's float4 columns; rows >= m_size and columns >= n_size are not stored. RANKS = 1
+// reads the CTA's own tile. The caller's barrier (cluster or CTA) must come first.
+template <int RANKS, int ROWS, int COLS, int ROW_FLOATS, int THREADS>
+__device__ __forceinline__ void store_split_sum(const float* part, u16* c, int ldc, int m0, int n0, int m_size,
+                                                int n_size, int split, int tid) {
+    constexpr int F4 = ROWS * COLS / 4;
+    const int f_begin = split * F4 / RANKS, f_end = (split + 1) * F4 / RANKS;
+    for (int f = f_begin + tid; f < f_end; f += THREADS) {
+        const int ml = f / (COLS / 4), nl = (f % (COLS / 4)) * 4;
+        const int gm = m0 + ml, gn = n0 + nl;
+        if (gm >= m_size) continue;  // (cluster peers are only read below: no barrier in this loop)
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+        const float* p = part + ml * ROW_FLOATS + nl;
+#pragma unroll
+        for (int s = 0; s < RANKS; ++s) {
+            float4 v;
+            if constexpr (RANKS > 1) v = ld_cluster_f4(smem_addr(p), (u32)s);
+            else v = *reinterpret_cast<const float4*>(p);
+            sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+        }
+        if (gn < n_size) store_bf16x4(c + (size_t)gm * ldc + gn, sum);
+    }
+}

@@ -354,25 +354,9 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             }
         }
     }
-    // The partial tiles, summed over the cluster's ranks in rank order (deterministic); each rank
-    // stores its share of the tile's float4 columns.
+    // The partial tiles, summed over the cluster's ranks in rank order (deterministic).
     if constexpr (SPLITK > 1) cluster_sync();
     else __syncthreads();
-    constexpr int F4 = MP * BN / 4;
-    const int f_begin = split * F4 / SPLITK, f_end = (split + 1) * F4 / SPLITK;
-    for (int f = f_begin + tid; f < f_end; f += NTHREADS) {
-        const int m = f / (BN / 4), nl = (f % (BN / 4)) * 4;
-        if (m >= m_size || n0 + nl >= GN) continue;  // (cluster peers are only read below: no barrier in this loop)
-        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-        const float* p = part_tile + m * P_STRIDE + nl;
-#pragma unroll
-        for (int r = 0; r < SPLITK; ++r) {
-            float4 v;
-            if constexpr (SPLITK > 1) v = ld_cluster_f4(smem_addr(p), (u32)r);
-            else v = *reinterpret_cast<const float4*>(p);
-            sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
-        }
-        store_bf16x4(c + (size_t)m * GN + n0 + nl, sum);
-    }
+    store_split_sum<SPLITK, MP, BN, P_STRIDE, NTHREADS>(part_tile, c, GN, 0, n0, m_size, GN, split, tid);
     if constexpr (SPLITK > 1) cluster_sync_relaxed();  // peers may still be reading this CTA's partial tile
 }

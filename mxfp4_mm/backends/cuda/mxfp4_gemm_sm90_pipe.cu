@@ -449,22 +449,6 @@ mxfp4_gemm_pipe(const u16* __restrict__ a, const u8* __restrict__ b_q, const u8*
     }
     if constexpr (SPLITK > 1) cluster_sync();
     else __syncthreads();
-    constexpr int F4 = BM * BN / 4;
-    const int f_begin = split * F4 / SPLITK, f_end = (split + 1) * F4 / SPLITK;
-    for (int f = f_begin + tid; f < f_end; f += NTHREADS) {
-        const int ml = f / (BN / 4), nl = (f % (BN / 4)) * 4;
-        const int gm = tile.m0 + ml, gn = tile.n0 + nl;
-        if (gm >= m_size) continue;  // (cluster peers are only read below: no barrier in this loop)
-        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-        const float* p = part + ml * P_STRIDE + nl;
-#pragma unroll
-        for (int s = 0; s < SPLITK; ++s) {
-            float4 v;
-            if constexpr (SPLITK > 1) v = ld_cluster_f4(smem_addr(p), (u32)s);
-            else v = *reinterpret_cast<const float4*>(p);
-            sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
-        }
-        if (gn < GN) store_bf16x4(c + (size_t)gm * GN + gn, sum);
-    }
+    store_split_sum<SPLITK, BM, BN, P_STRIDE, NTHREADS>(part, c, GN, tile.m0, tile.n0, m_size, GN, split, tid);
     if constexpr (SPLITK > 1) cluster_sync_relaxed();  // peers may still be reading this CTA's partial tile
 }
