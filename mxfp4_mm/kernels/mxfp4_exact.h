@@ -32,13 +32,18 @@ MXFP4_HD inline int block_exponent(unsigned int amax_bits16) {
     return field == 255 ? 127 : (field - 129 < -127 ? -127 : field - 129);
 }
 
-// One bf16 value of a block with exponent e, quantized (round to nearest even on the e2m1 grid,
-// saturating at 6; NaN -> 0) and dequantized: spec.dequantize_mxfp4(spec.quantize_mxfp4(x)).
-MXFP4_HD inline float quant_dequant(unsigned int bits16, int e) {
+// The e2m1 magnitude code 0..7 of a bf16 value of a block with exponent e: round to nearest even on
+// the e2m1 grid, saturating at 6; NaN -> 0.
+MXFP4_HD inline unsigned int e2m1_code(unsigned int bits16, int e) {
     const float q = mxfp4_bits_to_float(bits16 << 16) * pow2_exact(-e);
     const float m = q < 0.f ? -q : q;  // NaN stays NaN, and every comparison below is false
-    const unsigned int code = (m > 0.25f) + (m >= 0.75f) + (m > 1.25f) + (m >= 1.75f) + (m > 2.5f) + (m >= 3.5f) + (m > 5.0f);
-    const float v = e2m1_magnitude(code) * pow2_exact(e);
+    return (m > 0.25f) + (m >= 0.75f) + (m > 1.25f) + (m >= 1.75f) + (m > 2.5f) + (m >= 3.5f) + (m > 5.0f);
+}
+
+// One bf16 value of a block with exponent e, quantized and dequantized:
+// spec.dequantize_mxfp4(spec.quantize_mxfp4(x)).
+MXFP4_HD inline float quant_dequant(unsigned int bits16, int e) {
+    const float v = e2m1_magnitude(e2m1_code(bits16, e)) * pow2_exact(e);
     return bits16 & 0x8000u ? -v : v;
 }
 

@@ -94,8 +94,8 @@ def candidates(m: int, n: int, k: int, device: torch.device) -> list:
     """The plan `plan_for` picks; then the cost model's ranking of the mma.sync plan grid; then the
     DequantPlan; then, where `offers_pipe`, up to PIPE_CANDIDATES pipe plans by their cost model (2-6
     µs slower than the table on the H200, notes/cuda.md). No compilation."""
-    return list(_candidates(m, n, k, compute_units(device), offers_pipe(device), PIPE_TMA_MEMCHECKED,
-                            FP8_MEMCHECKED and offers_pipe(device)))
+    sm90 = offers_pipe(device)
+    return list(_candidates(m, n, k, compute_units(device), sm90, PIPE_TMA_MEMCHECKED, FP8_MEMCHECKED and sm90))
 
 
 def plan_label(plan) -> str:
@@ -229,7 +229,7 @@ def _fp8_launcher(m, n, k, device, plan):
 
     def run(a, b_q, b_scale_sh, out):
         scratch = torch.empty(a_bytes + 4 * plan.mp, dtype=torch.uint8, device=a.device)
-        a_exp = scratch[a_bytes:]
+        a_exp = scratch.data_ptr() + a_bytes  # the row exponents after A's bytes (an address: no view per call)
         b_map = runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, FP8_BN, 128,
                                       swizzle=runtime.SWIZZLE_128B)
         quantize_a((plan.mp, 1, 1), quant_block, 0, a, scratch, a_exp, m)

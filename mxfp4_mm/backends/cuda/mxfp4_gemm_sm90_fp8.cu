@@ -122,19 +122,14 @@ mxfp4_quant_a_e4m3(const u16* __restrict__ a, u8* __restrict__ a_e4m3, int* __re
     const int emax = row_max, d = e - emax + 6;
     if (live && amax != 0 && d < -5) row_inexact = 1;
     const u32 lo = e4m3_lut_lo(max(d, -5)), hi = e4m3_lut_hi(max(d, -5));
-    const float inv = pow2_exact(-e);
     u32 out[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {  // 4 values per output word, each value's code by the reference's thresholds
+    for (int i = 0; i < 8; ++i) {  // 4 values per output word, each value's code as the reference rounds it
         u32 codes = 0;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const u32 bits = (w[(4 * i + j) / 2] >> (16 * ((4 * i + j) & 1))) & 0xFFFFu;
-            const float q = __uint_as_float(bits << 16) * inv;
-            const float mag = fabsf(q);  // NaN: every comparison false, code 0
-            const u32 code = (mag > 0.25f) + (mag >= 0.75f) + (mag > 1.25f) + (mag >= 1.75f) + (mag > 2.5f) +
-                             (mag >= 3.5f) + (mag > 5.0f);
-            codes |= (code | (bits >> 12 & 8u)) << (4 * j);
+            codes |= (e2m1_code(bits, e) | (bits >> 12 & 8u)) << (4 * j);
         }
         out[i] = e2m1x4_to_e4m3(codes, lo, hi);
     }
@@ -152,8 +147,9 @@ mxfp4_quant_a_e4m3(const u16* __restrict__ a, u8* __restrict__ a_e4m3, int* __re
 
 // ---- 2. the GEMM --------------------------------------------------------------------------------
 
-// Byte of scale (row r of the CTA's 64, block c) in the CTA's copy of the shuffled scales (format.md §3).
-__device__ __forceinline__ int local_scale_index(int r, int c) {
+// Byte of scale (row r, block c) in the shuffled scale tensor (format.md §3); the CTA's copy of its two
+// 32-row groups has the same layout, so local rows index it too.
+__device__ __forceinline__ int scale_index(int r, int c) {
     return (r >> 5) * GROUP_SCALES + (c >> 3) * 256 + (c & 3) * 64 + (r & 15) * 4 + ((c & 7) >> 2) * 2 + ((r & 31) >> 4);
 }
 
@@ -186,7 +182,7 @@ __device__ __forceinline__ void convert_b_chunk(const u8* codes, u8* op, const u
     for (int i = 0; i < BN * NB / CONSUMERS; ++i) {
         const int item = t + i * CONSUMERS, r = item % BN, b = item / BN;
         const uint4 x = *reinterpret_cast<const uint4*>(codes + r * 128 + ((b ^ (r & 7)) * 16));
-        const int d = max((int)scales[local_scale_index(r, lc * NB + b)] - b_max[r] + 6, -5);
+        const int d = max((int)scales[scale_index(r, lc * NB + b)] - b_max[r] + 6, -5);
         const u32 lo = e4m3_lut_lo(d), hi = e4m3_lut_hi(d);
         *reinterpret_cast<uint4*>(op + ((2 * b) * BN + r) * 16) =
             make_uint4(e2m1x4_to_e4m3(x.x, lo, hi), e2m1x4_to_e4m3(x.x >> 16, lo, hi),
@@ -216,9 +212,7 @@ __device__ __forceinline__ void add_partial(float (&acc)[MP / 8][4], float (&par
 
 __device__ float b_value(const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh, int n, int k) {
     const u32 byte = b_q[(size_t)n * (GK / 2) + k / 2];
-    const int si = (n >> 5) * GROUP_SCALES + ((k / 32) >> 3) * 256 + ((k / 32) & 3) * 64 + (n & 15) * 4 +
-                   (((k / 32) & 7) >> 2) * 2 + ((n & 31) >> 4);
-    return e2m1_e8m0_value(k & 1 ? byte >> 4 : byte & 15u, b_scale_sh[si]);
+    return e2m1_e8m0_value(k & 1 ? byte >> 4 : byte & 15u, b_scale_sh[scale_index(n, k / 32)]);
 }
 
 // The CTA's partial tile over its K blocks in plain fp32 (the reference's arithmetic, in K order),

@@ -95,10 +95,9 @@ def fp8_plan(m: int, k: int, split_k: int = 1):
     mp = m_class(m)
     if mp not in FP8_MPS or k % FP8_KC or not 1 <= split_k <= min(8, k // FP8_KC):
         return None
-    fixed = fp8_smem_bytes(k, Fp8Plan(FP8, mp, 0)) + FP8_STATIC_SMEM
-    stages = min(-(-(k // FP8_KC) // split_k), 16, (MAX_SMEM - fixed) // fp8_stage_bytes(mp))
-    return Fp8Plan(FP8, mp, max(stages, 2), split_k) if stages >= 1 and fp8_smem_bytes(
-        k, Fp8Plan(FP8, mp, max(stages, 2))) + FP8_STATIC_SMEM <= MAX_SMEM else None
+    room = MAX_SMEM - FP8_STATIC_SMEM - fp8_smem_bytes(k, Fp8Plan(FP8, mp, 0))
+    plan = Fp8Plan(FP8, mp, max(2, min(-(-(k // FP8_KC) // split_k), 16, room // fp8_stage_bytes(mp))), split_k)
+    return plan if fp8_is_valid(m, FP8_BN, k, plan) else None
 
 
 def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 8) -> list:
