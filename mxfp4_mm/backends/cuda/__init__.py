@@ -19,8 +19,8 @@ import torch
 
 from ... import runtime
 from ...kernels import read_source
-from .plans import (DEQUANT_THREADS, FP8_BN, FP8_THREADS, DequantPlan, Fp8Plan, PipePlan, Plan, chunks,
-                    compile_options, dequant_grid, fp8_plans, grid, is_valid, pipe_plans, pipe_threads, plan_for_shape,
+from .plans import (DEQUANT_THREADS, FP8_BN, DequantPlan, Fp8Plan, PipePlan, Plan, chunks,
+                    compile_options, dequant_grid, fp8_m_tiles, fp8_plans, fp8_threads, grid, is_valid, pipe_plans, pipe_threads, plan_for_shape,
                     ranked_plans, smem_bytes)
 
 NAME = "cuda"
@@ -103,11 +103,13 @@ def plan_label(plan) -> str:
     then cn and ring where they differ from their defaults. A pipe plan:
     "p.n128.m256.s4.k64.q4" (rows of N and M per CTA, split-K, K per chunk, stages), then ".w1" for
     copy warps where there are any and ".t" for tensor-map copies. The DequantPlan: "dq.cublas". An
-    fp8 plan: "f8.m64.q7" (rows of A it serves, stages), then ".s4" for split-K."""
+    fp8 plan: "f8.m64.q7" (rows of A per CTA, stages), then ".s4" for split-K and ".g2" for consumer
+    warpgroups where there is more than one."""
     if isinstance(plan, DequantPlan):
         return "dq.cublas"
     if isinstance(plan, Fp8Plan):
-        return f"f8.m{plan.mp}.q{plan.stages}" + (f".s{plan.split_k}" if plan.split_k > 1 else "")
+        return (f"f8.m{plan.mp}.q{plan.stages}" + (f".s{plan.split_k}" if plan.split_k > 1 else "")
+                + (f".g{plan.cg}" if plan.cg > 1 else ""))
     if isinstance(plan, PipePlan):
         label = f"p.n{plan.bn}.m{plan.bm}.s{plan.split_k}.k{plan.kc}.q{plan.stages}"
         return label + (f".w{plan.cw}" if plan.cw else "") + (".t" if plan.tma else "")
@@ -223,17 +225,18 @@ def _fp8_launcher(m, n, k, device, plan):
     api.check(api.drv.cuFuncSetAttribute(gemm.handle, _MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
               "cuFuncSetAttribute")
     launch_gemm = gemm.launcher("Tppppppi", dependent=True)
-    a_bytes = plan.mp * k
+    rows = fp8_m_tiles(m, plan) * plan.mp  # A padded to whole tiles (the quantization writes zeros there)
+    a_bytes = rows * k
     quant_block = (-(-(k // 32) // 32) * 32, 1, 1)  # a thread per 32-value block of a row
     dims = grid(m, n, plan)
 
     def run(a, b_q, b_scale_sh, out):
-        scratch = torch.empty(a_bytes + 4 * plan.mp, dtype=torch.uint8, device=a.device)
+        scratch = torch.empty(a_bytes + 4 * rows, dtype=torch.uint8, device=a.device)
         a_exp = scratch.data_ptr() + a_bytes  # the row exponents after A's bytes (an address: no view per call)
         b_map = runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, FP8_BN, 128,
                                       swizzle=runtime.SWIZZLE_128B)
-        quantize_a((plan.mp, 1, 1), quant_block, 0, a, scratch, a_exp, m)
-        launch_gemm(dims, (FP8_THREADS, 1, 1), shared, b_map, b_scale_sh, scratch, a_exp, a, b_q, out, m)
+        quantize_a((rows, 1, 1), quant_block, 0, a, scratch, a_exp, m)
+        launch_gemm(dims, (fp8_threads(plan), 1, 1), shared, b_map, b_scale_sh, scratch, a_exp, a, b_q, out, m)
 
     return run
 

@@ -11,26 +11,30 @@
 //    chunk layout so that a chunk of A is one contiguous bulk copy; a_exp[m] = the row's exponent, or
 //    ROW_INEXACT when the row does not fold (a block more than 11 binades below the row's largest,
 //    an exponent out of [-64, 64], NaN or inf).
-// 2. mxfp4_gemm_fp8 (one CTA per 64 rows of B and K range: SPLITK CTAs along K form a cluster and
-//    sum their partial tiles in rank order through distributed shared memory): a copy warp fills
+// 2. mxfp4_gemm_fp8 (one CTA per 64 rows of B, MP rows of A and K range: SPLITK CTAs along K form a
+//    cluster and sum their partial tiles in rank order through distributed shared memory): a copy warp fills
 //    a ring of chunks (B codes through a tensor map with the 128-byte swizzle, A's e4m3 chunk by a
 //    bulk copy issued after griddepcontrol.wait, so B's first stages are in flight while A is
-//    quantized); one warpgroup converts each chunk's B codes to e4m3 in shared memory (a byte lookup
-//    by prmt per 4 codes) and issues the chunk's wgmmas (B rows = wgmma M, the tokens = its N). Each
-//    chunk accumulates into a fresh partial that is added to fp32 registers once the chunk is done,
-//    so Hopper's reduced-precision fp8 accumulation spans at most KC values.
+//    quantized); CG consumer warpgroups each take NB / CG of a chunk's 32-value blocks: they convert
+//    those blocks' B codes to e4m3 in shared memory (a byte lookup by prmt per 4 codes) and issue
+//    their wgmmas (B rows = wgmma M, the tokens = its N). With one warp per scheduler the conversion
+//    is latency-bound; more warpgroups share it without a barrier between them (each reads and
+//    writes only its own blocks), and their partial tiles are added in warpgroup order at the end.
+//    Each chunk accumulates into a fresh partial that is added to fp32 registers once the chunk is
+//    done, so Hopper's reduced-precision fp8 accumulation spans at most KC values.
 //    A tile that does not fold (its B rows' scale bytes spread by more than 11, out of [63, 191], or
 //    an inexact A row) is recomputed in plain fp32 from A and B (`exact_partial`). Every CTA of a
 //    cluster reaches the same verdict: the B verdict reads the rows' scales over all of K.
 //
 // Layouts (both wgmma operands K-major without swizzle: 8-row x 16-byte core matrices, LBO = the
 // bytes between k16 groups, SBO = 128 between 8-row groups):
-//   A e4m3 in global memory and in a stage: [chunk][k16 group][MP rows] x 16 B;
+//   A e4m3 in global memory: [M tile][chunk][k16 group][MP rows] x 16 B; in a stage: one (M tile, chunk);
 //   B converted, double-buffered: [k16 group][64 rows] x 16 B;
 //   B codes as the tensor map lands them: 64 rows x 128 B, 16-byte unit u of row r at r*128 + (u ^ r%8)*16.
 //
-// Compile-time configuration (-D): GN GK (shape), MP (rows of A padded: the wgmma n, 8..128),
-// STAGES (ring slots), SPLITK (CTAs along K, one cluster). M is a launch argument (M <= MP).
+// Compile-time configuration (-D): GN GK (shape), MP (rows of A per CTA: the wgmma n, 8..128),
+// STAGES (ring slots), SPLITK (CTAs along K, one cluster), CG (consumer warpgroups: 1, 2, 4). M is a
+// launch argument; the grid's z covers it in tiles of MP rows.
 
 #ifndef GN
 #define GN 7168
@@ -40,6 +44,9 @@
 #endif
 #ifndef SPLITK
 #define SPLITK 1
+#endif
+#ifndef CG
+#define CG 1
 #endif
 
 #include "mxfp4_exact.h"
@@ -60,8 +67,10 @@ constexpr int A_CHUNK = MP * KC;                   // a chunk's A bytes (e4m3)
 constexpr int STAGE = B_BOX + A_CHUNK;
 constexpr int BOP = BN * KC;                       // a chunk's B converted to e4m3
 constexpr int GROUP_SCALES = SCOLS * 32;           // the scale bytes of one 32-row group of B
-constexpr int CONSUMERS = 128;                     // one warpgroup
+constexpr int WG = 128;                            // threads of a warpgroup
+constexpr int CONSUMERS = CG * WG;
 constexpr int NTHREADS = CONSUMERS + 32;           // + the copy warp
+constexpr int WG_BLOCKS = NB / CG;                 // a warpgroup's blocks of each chunk
 constexpr int ROW_INEXACT = -1000;
 constexpr int P_STRIDE = BN + 4;                   // floats per row of the partial tile (conflict-free stores)
 // Dynamic shared memory: STAGES * STAGE + 2 * BOP + 2 * GROUP_SCALES + 1024 (plans.py's fp8_smem_bytes).
@@ -73,6 +82,7 @@ static_assert(STAGE % 1024 == 0, "stages stay 1024-byte aligned (the 128-byte sw
 static_assert(STAGES >= 2 && STAGES <= 16, "STAGES");
 static_assert(MP * P_STRIDE * 4 <= STAGES * STAGE, "the partial tile fits the ring");
 static_assert(SPLITK >= 1 && SPLITK <= 8 && SPLITK <= CHUNKS, "SPLITK");
+static_assert(CG == 1 || CG == 2 || CG == 4, "CG: divides a chunk's blocks and its conversion items");
 
 #if SPLITK > 1
 #define CLUSTER_ATTR __cluster_dims__(1, SPLITK, 1)
@@ -83,6 +93,7 @@ static_assert(SPLITK >= 1 && SPLITK <= 8 && SPLITK <= CHUNKS, "SPLITK");
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;\n" :: "n"(CONSUMERS) : "memory"); }
+__device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, %1;\n" :: "r"(2 + wg), "n"(WG) : "memory"); }
 __device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // e4m3 bytes of the e2m1 magnitudes 0..7 times 2^d (d in [-5, 6]): exponent field + d. Code 0 stays 0.
@@ -96,7 +107,9 @@ __device__ __forceinline__ u32 e2m1x4_to_e4m3(u32 x, u32 lo, u32 hi) {
 // ---- 1. A: quantized once per call -----------------------------------------------------------
 
 // Byte offset of (row m, k16 group g of K) in the chunk layout.
-__device__ __forceinline__ int a_offset(int m, int g) { return ((g / (KC / 16)) * (KC / 16) * MP + (g % (KC / 16)) * MP + m) * 16; }
+__device__ __forceinline__ int a_offset(int m, int g) {
+    return (((m / MP * CHUNKS + g / (KC / 16)) * (KC / 16) + g % (KC / 16)) * MP + m % MP) * 16;
+}
 
 extern "C" __global__ void __launch_bounds__(1024)
 mxfp4_quant_a_e4m3(const u16* __restrict__ a, u8* __restrict__ a_e4m3, int* __restrict__ a_exp, int m_size) {
@@ -105,7 +118,7 @@ mxfp4_quant_a_e4m3(const u16* __restrict__ a, u8* __restrict__ a_e4m3, int* __re
     const int m = blockIdx.x, blk = threadIdx.x;
     if (blk == 0) { row_max = -127; row_inexact = 0; }
     __syncthreads();
-    const bool block = blk < KBLOCKS, live = block && m < m_size;  // rows m_size..MP-1: zeros
+    const bool block = blk < KBLOCKS, live = block && m < m_size;  // rows from m_size to the tile's end: zeros
     uint4 v[4] = {};
     if (live) {
 #pragma unroll
@@ -174,13 +187,14 @@ __device__ __forceinline__ void scale_range(const u8* scales, int* b_max, int* b
     atomicMax(&b_max[g * 32 + r16 + 16], hi1); atomicMin(&b_min[g * 32 + r16 + 16], lo1);
 }
 
-// A chunk's B codes (64 rows x NB blocks, swizzled as landed) -> e4m3 operand [k16 group][64 rows] x 16 B.
-// Item = (row, block): 8 consecutive lanes take 8 consecutive rows of one block, so both the swizzled
-// reads and the operand writes are conflict-free.
-__device__ __forceinline__ void convert_b_chunk(const u8* codes, u8* op, const u8* scales, const int* b_max, int lc, int t) {
+// A warpgroup's blocks of a chunk's B codes (64 rows x WG_BLOCKS blocks from b0, swizzled as landed)
+// -> e4m3 operand [k16 group][64 rows] x 16 B. Item = (row, block): 8 consecutive lanes take 8
+// consecutive rows of one block, so both the swizzled reads and the operand writes are conflict-free.
+__device__ __forceinline__ void convert_b_blocks(const u8* codes, u8* op, const u8* scales, const int* b_max, int lc,
+                                                 int b0, int t) {
 #pragma unroll
-    for (int i = 0; i < BN * NB / CONSUMERS; ++i) {
-        const int item = t + i * CONSUMERS, r = item % BN, b = item / BN;
+    for (int i = 0; i < BN * WG_BLOCKS / WG; ++i) {
+        const int item = t + i * WG, r = item % BN, b = b0 + item / BN;
         const uint4 x = *reinterpret_cast<const uint4*>(codes + r * 128 + ((b ^ (r & 7)) * 16));
         const int d = max((int)scales[scale_index(r, lc * NB + b)] - b_max[r] + 6, -5);
         const u32 lo = e4m3_lut_lo(d), hi = e4m3_lut_hi(d);
@@ -193,13 +207,14 @@ __device__ __forceinline__ void convert_b_chunk(const u8* codes, u8* op, const u
     }
 }
 
-// The chunk's NB wgmmas (k32 each) into a fresh partial sum, one commit group.
-__device__ __forceinline__ void issue_chunk_mmas(float (&part)[MP / 8][4], u32 b_op, u32 a_chunk) {
+// A warpgroup's WG_BLOCKS wgmmas of a chunk (k32 each, blocks from b0) into a fresh partial sum, one
+// commit group.
+__device__ __forceinline__ void issue_block_mmas(float (&part)[MP / 8][4], u32 b_op, u32 a_chunk, int b0) {
     wgmma_fence();
 #pragma unroll
-    for (int s = 0; s < NB; ++s)
-        wgmma_ss_e4m3<MP>(part, wgmma_desc(b_op + 2 * s * BN * 16, BN * 16, 128),
-                          wgmma_desc(a_chunk + 2 * s * MP * 16, MP * 16, 128), s > 0);
+    for (int s = 0; s < WG_BLOCKS; ++s)
+        wgmma_ss_e4m3<MP>(part, wgmma_desc(b_op + 2 * (b0 + s) * BN * 16, BN * 16, 128),
+                          wgmma_desc(a_chunk + 2 * (b0 + s) * MP * 16, MP * 16, 128), s > 0);
     wgmma_commit();
 }
 
@@ -249,9 +264,10 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
     float* const part_tile = reinterpret_cast<float*>(smem);  // after the last chunk: the ring is free
     // The warp index through a shuffle: ptxas then knows the roles are warp-uniform (asynchronous wgmmas).
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xFFFFFFFFu, tid >> 5, 0);
-    const int n0 = blockIdx.x * BN, split = blockIdx.y;
+    const int n0 = blockIdx.x * BN, split = blockIdx.y, m0 = blockIdx.z * MP;
     const int chunk_begin = split * CHUNKS / SPLITK, chunks = (split + 1) * CHUNKS / SPLITK - chunk_begin;
     const int groups = min(2, (GN - n0 + 31) / 32);  // 32-row groups of scales inside the tensor
+    const u8* const a_tile = a_e4m3 + (size_t)blockIdx.z * CHUNKS * A_CHUNK;
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&full[s], 1);
@@ -284,24 +300,24 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             griddep_wait();
             asm volatile("fence.proxy.async.global;\n" ::: "memory");  // A's bulk copies read what the first grid wrote
             for (int lc = 0; lc < first; ++lc)
-                bulk_copy(smem + lc * STAGE + B_BOX, a_e4m3 + (size_t)(chunk_begin + lc) * A_CHUNK, A_CHUNK, &full[lc]);
+                bulk_copy(smem + lc * STAGE + B_BOX, a_tile + (size_t)(chunk_begin + lc) * A_CHUNK, A_CHUNK, &full[lc]);
             for (int lc = first; lc < chunks; ++lc) {
                 const int s = lc % STAGES;
                 mbar_wait(&empty[s], (lc / STAGES - 1) & 1);
                 mbar_arrive_expect_bytes(&full[s], STAGE);
                 tma_box(smem + s * STAGE, b_map, (chunk_begin + lc) * KC / 2, n0, &full[s]);
-                bulk_copy(smem + s * STAGE + B_BOX, a_e4m3 + (size_t)(chunk_begin + lc) * A_CHUNK, A_CHUNK, &full[s]);
+                bulk_copy(smem + s * STAGE + B_BOX, a_tile + (size_t)(chunk_begin + lc) * A_CHUNK, A_CHUNK, &full[s]);
             }
         }
         __syncwarp();
     } else {
-        const int t = tid;
+        const int t = tid, wg = warp / 4, wt = t % WG, b0 = wg * WG_BLOCKS;
         mbar_wait(&scales_landed, 0);
-        scale_range(scales, b_max, b_min, t);
+        if (wg == 0) scale_range(scales, b_max, b_min, wt);
         griddep_wait();
         for (int m = t; m < MP; m += CONSUMERS) {
-            const int e = a_exp[m];
-            if (e == ROW_INEXACT && m < m_size) inexact = 1;
+            const int e = a_exp[m0 + m];
+            if (e == ROW_INEXACT && m0 + m < m_size) inexact = 1;
             a_shift[m] = e - 6;
         }
         consumers_sync();
@@ -314,16 +330,16 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             const int s = lc % STAGES;
             mbar_wait(&full[s], (lc / STAGES) & 1);
             u8* const op = b_ops + (lc & 1) * BOP;
-            convert_b_chunk(smem + s * STAGE, op, scales, b_max, chunk_begin + lc, t);
+            convert_b_blocks(smem + s * STAGE, op, scales, b_max, chunk_begin + lc, b0, wt);
             proxy_fence();
-            consumers_sync();
+            warpgroup_sync(wg);
             if (lc > 0) {  // chunk lc-1's MMAs: done, added, its stage released
                 wgmma_wait<0>();
                 wgmma_keep(part);
                 add_partial(acc, part);
                 mbar_arrive(&empty[(lc - 1) % STAGES]);
             }
-            issue_chunk_mmas(part, smem_addr(op), smem_addr(smem + s * STAGE + B_BOX));
+            issue_block_mmas(part, smem_addr(op), smem_addr(smem + s * STAGE + B_BOX), b0);
         }
         wgmma_wait<0>();
         wgmma_keep(part);
@@ -331,26 +347,38 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
         consumers_sync();  // every chunk landed and was read: the ring becomes the partial tile
 
         if (inexact) {
-            exact_partial(a, b_q, b_scale_sh, part_tile, n0, chunk_begin * NB, (chunk_begin + chunks) * NB, m_size, t);
+            exact_partial(a + (size_t)m0 * GK, b_q, b_scale_sh, part_tile, n0, chunk_begin * NB,
+                          (chunk_begin + chunks) * NB, min(MP, m_size - m0), t);
         } else {
-            // accumulator d[j][q]: B row 16 * warp + lane / 4 (+8 for q >= 2), token 8j + 2 * (lane % 4) (+1 odd q);
-            // the row exponents scale it exactly (a power of two), so split partials share their units
-            const int r = 16 * warp + (lane >> 2), m0 = 2 * (lane & 3);
+            // accumulator d[j][q]: B row 16 * (warp % 4) + lane / 4 (+8 for q >= 2), token 8j + 2 * (lane % 4)
+            // (+1 odd q); the row exponents scale it exactly (a power of two), so the warpgroups' and
+            // the splits' partials share their units. Warpgroup 0 stores, the others add in order.
+            const int r = 16 * (warp % 4) + (lane >> 2), m_pair = 2 * (lane & 3);
             const int br0 = b_max[r] - 133, br1 = b_max[r + 8] - 133;
+#pragma unroll 1
+            for (int g = 0; g < CG; ++g) {
+                if (wg == g) {
 #pragma unroll
-            for (int j = 0; j < MP / 8; ++j) {
-                const int m = 8 * j + m0;
-                float* p = part_tile + m * P_STRIDE + r;
-                p[0] = acc[j][0] * pow2_exact(a_shift[m] + br0);
-                p[P_STRIDE] = acc[j][1] * pow2_exact(a_shift[m + 1] + br0);
-                p[8] = acc[j][2] * pow2_exact(a_shift[m] + br1);
-                p[P_STRIDE + 8] = acc[j][3] * pow2_exact(a_shift[m + 1] + br1);
+                    for (int j = 0; j < MP / 8; ++j) {
+                        const int m = 8 * j + m_pair;
+                        float* p = part_tile + m * P_STRIDE + r;
+                        const float v[4] = {acc[j][0] * pow2_exact(a_shift[m] + br0),
+                                            acc[j][1] * pow2_exact(a_shift[m + 1] + br0),
+                                            acc[j][2] * pow2_exact(a_shift[m] + br1),
+                                            acc[j][3] * pow2_exact(a_shift[m + 1] + br1)};
+                        p[0] = g ? p[0] + v[0] : v[0];
+                        p[P_STRIDE] = g ? p[P_STRIDE] + v[1] : v[1];
+                        p[8] = g ? p[8] + v[2] : v[2];
+                        p[P_STRIDE + 8] = g ? p[P_STRIDE + 8] + v[3] : v[3];
+                    }
+                }
+                if (CG > 1) consumers_sync();
             }
         }
     }
     // The partial tiles, summed over the cluster's ranks in rank order (deterministic).
     if constexpr (SPLITK > 1) cluster_sync();
     else __syncthreads();
-    store_split_sum<SPLITK, MP, BN, P_STRIDE, NTHREADS>(part_tile, c, GN, 0, n0, m_size, GN, split, tid);
+    store_split_sum<SPLITK, MP, BN, P_STRIDE, NTHREADS>(part_tile, c, GN, m0, n0, m_size, GN, split, tid);
     if constexpr (SPLITK > 1) cluster_sync_relaxed();  // peers may still be reading this CTA's partial tile
 }

@@ -36,16 +36,18 @@ DequantPlan = collections.namedtuple("DequantPlan", "kind", defaults=("dq",))
 DEQUANT = "dq"
 DEQUANT_THREADS = 256
 # The fp8 kernel (mxfp4_gemm_sm90_fp8.cu, sm_90a): A quantized once per call to e4m3 with per-row
-# exponents by a first kernel, then its programmatic dependent: one CTA per 64 rows of B over all of
-# its K range, B codes converted to e4m3 in shared memory, e4m3 wgmma. kind: "f8"; mp: rows of A it
-# serves (the wgmma n: M's class, 8..128); stages: slots of its copy ring (`fp8_plan` fills as many
-# as fit); split_k: CTAs along K (one cluster, partial tiles summed in rank order).
-Fp8Plan = collections.namedtuple("Fp8Plan", "kind mp stages split_k", defaults=(1,))
+# exponents by a first kernel, then its programmatic dependent: one CTA per 64 rows of B and mp rows
+# of A over all of its K range, B codes converted to e4m3 in shared memory, e4m3 wgmma. kind: "f8";
+# mp: rows of A per CTA (the wgmma n: M's class up to 128; larger M takes several tiles of 128);
+# stages: slots of its copy ring (`fp8_plan` fills as many as fit); split_k: CTAs along K (one
+# cluster, partial tiles summed in rank order); cg: consumer warpgroups sharing each chunk's blocks.
+Fp8Plan = collections.namedtuple("Fp8Plan", "kind mp stages split_k cg", defaults=(1, 1))
 FP8 = "f8"
 FP8_KC = 256  # K per chunk (the kernel's KC)
 FP8_BN = 64   # rows of B per CTA
-FP8_THREADS = 160  # a warpgroup + the copy warp
 FP8_MPS = (8, 16, 32, 64, 128)  # the wgmma n sizes of the e4m3 wrappers in wgmma_sm90a.h
+FP8_CGS = (1, 2, 4)  # consumer warpgroups: each takes 8 / cg of a chunk's 32-value blocks
+FP8_MAX_M_TILES = 64  # tiles of mp rows along the grid's z
 FP8_STATIC_SMEM = 2048  # barriers and per-row exponents (ptxas -v: 1024-2048 bytes)
 PIPE_BNS = (64, 128, 192, 256)
 PIPE_BMS = (16, 32, 64, 128, 256)  # the wgmma n sizes of the "SS" wrappers in wgmma_sm90a.h
@@ -82,6 +84,15 @@ def fp8_stage_bytes(mp: int) -> int:
     return FP8_BN * FP8_KC // 2 + mp * FP8_KC
 
 
+def fp8_threads(plan) -> int:
+    """The consumer warpgroups and the copy warp."""
+    return 128 * plan.cg + 32
+
+
+def fp8_m_tiles(m: int, plan) -> int:
+    return -(-m // plan.mp)
+
+
 def fp8_smem_bytes(k: int, plan) -> int:
     """The fp8 kernel's dynamic shared memory: the ring, two converted B chunks, the CTA's B scales
     (two 32-row groups over all of K) and 1 KB of slack for the ring's 1024-byte alignment."""
@@ -89,36 +100,41 @@ def fp8_smem_bytes(k: int, plan) -> int:
     return plan.stages * fp8_stage_bytes(plan.mp) + 2 * FP8_BN * FP8_KC + 2 * scale_cols * 32 + 1024
 
 
-def fp8_plan(m: int, k: int, split_k: int = 1):
-    """The fp8 plan for M's class and split_k with as many ring stages as fit (at most a CTA's chunks,
-    at most 16); None where the kernel does not serve the shape."""
-    mp = m_class(m)
-    if mp not in FP8_MPS or k % FP8_KC or not 1 <= split_k <= min(8, k // FP8_KC):
+def fp8_plan(m: int, k: int, split_k: int = 1, cg: int = 1):
+    """The fp8 plan for M's class (tiles of 128 rows above it), split_k and cg with as many ring
+    stages as fit (at most a CTA's chunks, at most 16); None where the kernel does not serve the shape."""
+    mp = min(m_class(m), FP8_MPS[-1])
+    if k % FP8_KC or not 1 <= split_k <= min(8, k // FP8_KC):
         return None
     room = MAX_SMEM - FP8_STATIC_SMEM - fp8_smem_bytes(k, Fp8Plan(FP8, mp, 0))
-    plan = Fp8Plan(FP8, mp, max(2, min(-(-(k // FP8_KC) // split_k), 16, room // fp8_stage_bytes(mp))), split_k)
+    stages = max(2, min(-(-(k // FP8_KC) // split_k), 16, room // fp8_stage_bytes(mp)))
+    plan = Fp8Plan(FP8, mp, stages, split_k, cg)
     return plan if fp8_is_valid(m, FP8_BN, k, plan) else None
 
 
-def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 8) -> list:
+def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12) -> list:
     """The fp8 plans offered for a shape: no split, then the three largest splits that keep every
     CTA on its own SM (tiles x split <= compute_units; clusters of 4 at 33 tiles already spill into a
-    second wave on an H100, so the tuner measures a few), each with the deepest ring that fits and
-    with 4 stages (fewer A copies in flight at once: 15.4 vs 17.0 us at 64x7168x2048, H100)."""
+    second wave on an H100, so the tuner measures a few). Each with 2, 4 and 1 consumer warpgroups
+    at the deepest ring that fits, and 2 at 4 stages (fewer A copies in flight at once: 15.4 vs 17.0
+    us at 64x7168x2048 with one warpgroup, H100)."""
     if k % FP8_KC:
         return []
-    tiles = -(-n // FP8_BN)
+    tiles = -(-n // FP8_BN) * fp8_m_tiles(m, Fp8Plan(FP8, min(m_class(m), FP8_MPS[-1]), 2))
     splits = [s for s in range(2, min(8, k // FP8_KC) + 1) if tiles * s <= compute_units][-3:]
     plans = []
     for split in [1] + splits[::-1]:
-        deepest = fp8_plan(m, k, split)
-        if deepest is not None:
-            plans += [deepest, deepest._replace(stages=min(deepest.stages, 4))]
-    return list(dict.fromkeys(plans))[:limit]
+        for cg in (2, 4, 1):
+            plans.append(fp8_plan(m, k, split, cg))
+        if plans[-3] is not None:
+            plans.append(plans[-3]._replace(stages=min(plans[-3].stages, 4)))
+    return list(dict.fromkeys(plan for plan in plans if plan is not None))[:limit]
 
 
 def fp8_is_valid(m: int, n: int, k: int, plan) -> bool:
-    return (isinstance(plan, Fp8Plan) and plan.kind == FP8 and plan.mp in FP8_MPS and 1 <= m <= plan.mp
+    return (isinstance(plan, Fp8Plan) and plan.kind == FP8 and plan.mp in FP8_MPS
+            and 1 <= fp8_m_tiles(max(m, 1), plan) <= FP8_MAX_M_TILES and m >= 1
+            and plan.cg in FP8_CGS and plan.mp * plan.cg <= 256  # registers: mp (two fp32 tiles) + ~40 <= 65536 / threads
             and k % FP8_KC == 0 and k // 32 <= 1024 and 2 <= plan.stages <= 16
             and 1 <= plan.split_k <= min(8, k // FP8_KC)
             and plan.mp * (FP8_BN + 4) * 4 <= plan.stages * fp8_stage_bytes(plan.mp)
@@ -146,7 +162,7 @@ def smem_bytes(m: int, n: int, k: int, plan) -> int:
 
 def grid(m: int, n: int, plan):
     if isinstance(plan, Fp8Plan):
-        return (-(-n // FP8_BN), plan.split_k, 1)
+        return (-(-n // FP8_BN), plan.split_k, fp8_m_tiles(m, plan))
     if isinstance(plan, PipePlan):
         return (-(-n // plan.bn), plan.split_k, -(-m // plan.bm))
     n_tiles, m_tiles = -(-n // (plan.wn * plan.nt * 16)), -(-m // plan.bm)
@@ -183,7 +199,8 @@ def compile_options(n: int, k: int, plan) -> tuple:
         return (f"-DGK={k}",)
     if isinstance(plan, Fp8Plan):
         split = (f"-DSPLITK={plan.split_k}",) if plan.split_k > 1 else ()
-        return (f"-DGN={n}", f"-DGK={k}", f"-DMP={plan.mp}", f"-DSTAGES={plan.stages}") + split
+        groups = (f"-DCG={plan.cg}",) if plan.cg > 1 else ()
+        return (f"-DGN={n}", f"-DGK={k}", f"-DMP={plan.mp}", f"-DSTAGES={plan.stages}") + split + groups
     if isinstance(plan, PipePlan):
         values = dict(GN=n, GK=k, BN=plan.bn, BM=plan.bm, SPLITK=plan.split_k, KC=plan.kc, STAGES=plan.stages)
         if plan.cw:
