@@ -118,6 +118,11 @@ def test_fp8_validity_rules():
     assert cuda_plans.is_valid(64, 7168, 2048, plan._replace(cg=2)) and cuda_plans.is_valid(64, 7168, 2048, plan._replace(cg=4))
     assert not cuda_plans.is_valid(64, 7168, 2048, plan._replace(cg=3))  # a chunk's 8 blocks split evenly
     assert not cuda_plans.is_valid(128, 7168, 2048, plan._replace(mp=128, stages=3, cg=4))  # registers
+    assert cuda_plans.is_valid(64, 7168, 2048, plan._replace(mc=4)) and cuda_plans.is_valid(64, 7168, 2048, plan._replace(mc=2))
+    assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(mc=2))  # 33 B tiles: groups of 2 do not tile them
+    assert not cuda_plans.is_valid(64, 7168, 2048, plan._replace(mc=3))
+    assert not cuda_plans.is_valid(64, 7168, 2048, plan._replace(mc=4, split_k=4))  # a cluster of 16
+    assert cuda_plans.is_valid(64, 7168, 2048, plan._replace(mc=4, split_k=2))
     assert not cuda_plans.is_valid(64, 7168, 2048, plan._replace(stages=1))
     assert not cuda_plans.is_valid(64, 7168, 2048, plan._replace(stages=40))  # over the shared memory
     assert not cuda_plans.is_valid(64, 7168, 2048, plan._replace(mp=48))
@@ -139,6 +144,9 @@ def test_fp8_labels_options_and_table_round_trip():
     groups = split._replace(cg=2)
     assert cuda.plan_label(groups) == "f8.m16.q7.s4.g2" and cuda_plans.compile_options(2112, 7168, groups)[-1] == "-DCG=2"
     assert cuda_plans.plan_from_fields(tuple(groups)) == groups and cuda_plans.fp8_threads(groups) == 288
+    shared = cuda_plans.fp8_plan(64, 2048, 2, 4)._replace(mc=4)
+    assert cuda.plan_label(shared) == f"f8.m64.q{shared.stages}.s2.g4.x4"
+    assert cuda_plans.compile_options(7168, 2048, shared)[-3:] == ("-DSPLITK=2", "-DCG=4", "-DMC=4")
 
 
 def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
@@ -153,12 +161,15 @@ def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
         offered = [p for p in cuda.candidates(64, 7168, 2048, "cuda") if isinstance(p, Fp8Plan)]
         deepest = cuda_plans.fp8_plan(64, 2048, 1, 2)
         # 112 tiles: no split keeps a CTA per SM
-        assert offered == [deepest, deepest._replace(cg=4), deepest._replace(cg=1), deepest._replace(stages=4)]
+        assert offered == [deepest, deepest._replace(cg=4), deepest._replace(cg=1), deepest._replace(stages=4),
+                           deepest._replace(mc=4), deepest._replace(cg=4, mc=4), deepest._replace(mc=2),
+                           deepest._replace(cg=4, mc=2)]
         offered = [p for p in cuda.candidates(16, 2112, 7168, "cuda") if isinstance(p, Fp8Plan)]
         assert [p.split_k for p in offered] == [1] * 4 + [4] * 4 + [3] * 4  # 33 tiles x 4 <= 132; the limit
         assert [p.cg for p in offered] == [2, 4, 1, 2] * 3 and all(p.stages == 4 for p in offered[3::4])
         offered = [p for p in cuda.candidates(256, 3072, 1536, "cuda") if isinstance(p, Fp8Plan)]
-        assert [(p.mp, p.split_k, p.cg) for p in offered] == [(128, 1, 2), (128, 1, 1)]  # 96 tiles; cg 4: registers
+        # 96 tiles; cg 4: registers
+        assert [(p.mp, p.split_k, p.cg, p.mc) for p in offered] == [(128, 1, 2, 1), (128, 1, 1, 1), (128, 1, 2, 4), (128, 1, 2, 2)]
     finally:
         cuda._candidates.cache_clear()
 
@@ -244,6 +255,10 @@ def test_short_rings(stages):
         _check(40, 320, 2048, Fp8Plan(FP8, 64, stages, 1, cg), seed=stages)
         _check(40, 320, 2048, Fp8Plan(FP8, 64, stages, 3, cg), seed=stages)  # split 3 of 8 chunks: 2, 3, 3
     _check(150, 320, 2048, Fp8Plan(FP8, 64, stages, 3, 2), seed=stages)  # 3 tiles along M, a partial one
+    # A's copies shared by 2 and 4 B tiles (multicast), with and without split-K, several M tiles
+    _check(40, 512, 2048, Fp8Plan(FP8, 64, stages, 1, 2, 4), seed=stages)
+    _check(150, 512, 2048, Fp8Plan(FP8, 64, stages, 2, 4, 4), seed=stages)
+    _check(5, 384, 2048, Fp8Plan(FP8, 8, stages, 3, 1, 2), seed=stages)
 
 
 @pytest.mark.gpu

@@ -103,13 +103,13 @@ def plan_label(plan) -> str:
     then cn and ring where they differ from their defaults. A pipe plan:
     "p.n128.m256.s4.k64.q4" (rows of N and M per CTA, split-K, K per chunk, stages), then ".w1" for
     copy warps where there are any and ".t" for tensor-map copies. The DequantPlan: "dq.cublas". An
-    fp8 plan: "f8.m64.q7" (rows of A per CTA, stages), then ".s4" for split-K and ".g2" for consumer
-    warpgroups where there is more than one."""
+    fp8 plan: "f8.m64.q7" (rows of A per CTA, stages), then ".s4" for split-K, ".g2" for consumer
+    warpgroups and ".x4" for B tiles sharing A's copies, where there is more than one."""
     if isinstance(plan, DequantPlan):
         return "dq.cublas"
     if isinstance(plan, Fp8Plan):
         return (f"f8.m{plan.mp}.q{plan.stages}" + (f".s{plan.split_k}" if plan.split_k > 1 else "")
-                + (f".g{plan.cg}" if plan.cg > 1 else ""))
+                + (f".g{plan.cg}" if plan.cg > 1 else "") + (f".x{plan.mc}" if plan.mc > 1 else ""))
     if isinstance(plan, PipePlan):
         label = f"p.n{plan.bn}.m{plan.bm}.s{plan.split_k}.k{plan.kc}.q{plan.stages}"
         return label + (f".w{plan.cw}" if plan.cw else "") + (".t" if plan.tma else "")

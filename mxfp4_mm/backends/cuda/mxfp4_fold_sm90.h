@@ -149,10 +149,11 @@ __device__ __forceinline__ float4 ld_cluster_f4(u32 local_addr, u32 rank) {
 // fp32 at `part`, ROW_FLOATS floats a row, at the same offset in every rank's shared memory) summed in
 // rank order (deterministic) and stored as bf16 to c[(m0 + row) * ldc + n0 + col]. Each rank stores its
 // share of the tile's float4 columns; rows >= m_size and columns >= n_size are not stored. RANKS = 1
-// reads the CTA's own tile. The caller's barrier (cluster or CTA) must come first.
-template <int RANKS, int ROWS, int COLS, int ROW_FLOATS, int THREADS>
+// reads the CTA's own tile. Split s is cluster rank rank0 + s * RANK_STEP (clusters that also span
+// other tiles). The caller's barrier (cluster or CTA) must come first.
+template <int RANKS, int ROWS, int COLS, int ROW_FLOATS, int THREADS, int RANK_STEP = 1>
 __device__ __forceinline__ void store_split_sum(const float* part, u16* c, int ldc, int m0, int n0, int m_size,
-                                                int n_size, int split, int tid) {
+                                                int n_size, int split, int tid, int rank0 = 0) {
     constexpr int F4 = ROWS * COLS / 4;
     const int f_begin = split * F4 / RANKS, f_end = (split + 1) * F4 / RANKS;
     for (int f = f_begin + tid; f < f_end; f += THREADS) {
@@ -164,7 +165,7 @@ __device__ __forceinline__ void store_split_sum(const float* part, u16* c, int l
 #pragma unroll
         for (int s = 0; s < RANKS; ++s) {
             float4 v;
-            if constexpr (RANKS > 1) v = ld_cluster_f4(smem_addr(p), (u32)s);
+            if constexpr (RANKS > 1) v = ld_cluster_f4(smem_addr(p), (u32)(rank0 + s * RANK_STEP));
             else v = *reinterpret_cast<const float4*>(p);
             sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
         }

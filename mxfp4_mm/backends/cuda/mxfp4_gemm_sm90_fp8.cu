@@ -15,7 +15,9 @@
 //    cluster and sum their partial tiles in rank order through distributed shared memory): a copy warp fills
 //    a ring of chunks (B codes through a tensor map with the 128-byte swizzle, A's e4m3 chunk by a
 //    bulk copy issued after griddepcontrol.wait, so B's first stages are in flight while A is
-//    quantized); CG consumer warpgroups each take NB / CG of a chunk's 32-value blocks: they convert
+//    quantized; with MC > 1, MC CTAs of neighbouring B tiles form a cluster along x and each copies
+//    1/MC of every A chunk to all of them by multicast, so A leaves L2 once per MC tiles, and a
+//    stage is refilled once the consumers of all MC CTAs released it); CG consumer warpgroups each take NB / CG of a chunk's 32-value blocks: they convert
 //    those blocks' B codes to e4m3 in shared memory (a byte lookup by prmt per 4 codes) and issue
 //    their wgmmas (B rows = wgmma M, the tokens = its N). With one warp per scheduler the conversion
 //    is latency-bound; more warpgroups share it without a barrier between them (each reads and
@@ -33,8 +35,9 @@
 //   B codes as the tensor map lands them: 64 rows x 128 B, 16-byte unit u of row r at r*128 + (u ^ r%8)*16.
 //
 // Compile-time configuration (-D): GN GK (shape), MP (rows of A per CTA: the wgmma n, 8..128),
-// STAGES (ring slots), SPLITK (CTAs along K, one cluster), CG (consumer warpgroups: 1, 2, 4). M is a
-// launch argument; the grid's z covers it in tiles of MP rows.
+// STAGES (ring slots), SPLITK (CTAs along K, one cluster), CG (consumer warpgroups: 1, 2, 4), MC (B
+// tiles sharing A's copies by multicast: 1, 2, 4; the grid's x a multiple of it). M is a launch
+// argument; the grid's z covers it in tiles of MP rows.
 
 #ifndef GN
 #define GN 7168
@@ -47,6 +50,9 @@
 #endif
 #ifndef CG
 #define CG 1
+#endif
+#ifndef MC
+#define MC 1
 #endif
 
 #include "mxfp4_exact.h"
@@ -65,6 +71,7 @@ constexpr int NB = KC / 32;                        // blocks per chunk
 constexpr int B_BOX = BN * KC / 2;                 // a chunk's B codes
 constexpr int A_CHUNK = MP * KC;                   // a chunk's A bytes (e4m3)
 constexpr int STAGE = B_BOX + A_CHUNK;
+constexpr int A_SLICE = A_CHUNK / MC;              // the part of an A chunk each CTA of a multicast group copies
 constexpr int BOP = BN * KC;                       // a chunk's B converted to e4m3
 constexpr int GROUP_SCALES = SCOLS * 32;           // the scale bytes of one 32-row group of B
 constexpr int WG = 128;                            // threads of a warpgroup
@@ -83,9 +90,13 @@ static_assert(STAGES >= 2 && STAGES <= 16, "STAGES");
 static_assert(MP * P_STRIDE * 4 <= STAGES * STAGE, "the partial tile fits the ring");
 static_assert(SPLITK >= 1 && SPLITK <= 8 && SPLITK <= CHUNKS, "SPLITK");
 static_assert(CG == 1 || CG == 2 || CG == 4, "CG: divides a chunk's blocks and its conversion items");
+static_assert((MC == 1 || MC == 2 || MC == 4) && MC * SPLITK <= 8, "MC: a cluster of at most 8 CTAs");
+// A stage's consumers release it: every thread (MC = 1), or lane 0 of every warp of each CTA of the
+// multicast group on every CTA's barrier (MC > 1).
+constexpr int EMPTY_ARRIVALS = MC == 1 ? CONSUMERS : MC * CONSUMERS / 32;
 
-#if SPLITK > 1
-#define CLUSTER_ATTR __cluster_dims__(1, SPLITK, 1)
+#if SPLITK > 1 || MC > 1
+#define CLUSTER_ATTR __cluster_dims__(MC, SPLITK, 1)
 #else
 #define CLUSTER_ATTR
 #endif
@@ -218,6 +229,25 @@ __device__ __forceinline__ void issue_block_mmas(float (&part)[MP / 8][4], u32 b
     wgmma_commit();
 }
 
+// A chunk of the M tile's A into a stage: one bulk copy, or this CTA's slice multicast to its group.
+__device__ __forceinline__ void copy_a(u8* stage, const u8* a_tile, int chunk, u64* full, int x, unsigned short group_mask) {
+    const u8* src = a_tile + (size_t)chunk * A_CHUNK;
+    if constexpr (MC == 1) bulk_copy(stage + B_BOX, src, A_CHUNK, full);
+    else bulk_copy_multicast(stage + B_BOX + x * A_SLICE, src + x * A_SLICE, A_SLICE, full, group_mask);
+}
+
+// A stage read by this thread's finished MMAs: released to this CTA's copy warp, or (MC > 1) to the
+// copy warps of the whole multicast group, whose next copies into it land here too.
+__device__ __forceinline__ void release_stage(u64* empty, int lane, int split) {
+    if constexpr (MC == 1) {
+        mbar_arrive(empty);
+    } else {
+        __syncwarp();
+        if (lane == 0)
+            for (int r = 0; r < MC; ++r) mbar_arrive_cluster(empty, (unsigned)(MC * split + r));
+    }
+}
+
 __device__ __forceinline__ void add_partial(float (&acc)[MP / 8][4], float (&part)[MP / 8][4]) {
 #pragma unroll
     for (int j = 0; j < MP / 8; ++j)
@@ -271,14 +301,18 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&full[s], 1);
-            mbar_init(&empty[s], CONSUMERS);
+            mbar_init(&empty[s], EMPTY_ARRIVALS);
         }
         mbar_init(&scales_landed, 1);
         mbar_init_fence();
         inexact = 0;
     }
     if (tid < BN) { b_max[tid] = 0; b_min[tid] = 255; }
-    __syncthreads();
+    if constexpr (MC > 1) cluster_sync();  // the peers' barriers exist before any multicast reaches them
+    else __syncthreads();
+    // In the cluster (MC, SPLITK): this CTA is rank x + MC * split; its multicast group is the ranks of its split.
+    const int x = blockIdx.x % MC;
+    const unsigned short group_mask = (unsigned short)(((1u << MC) - 1) << (MC * split));
 
     const bool consumer = warp < CONSUMERS / 32;
     float acc[MP / 8][4], part[MP / 8][4];
@@ -299,14 +333,13 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             }
             griddep_wait();
             asm volatile("fence.proxy.async.global;\n" ::: "memory");  // A's bulk copies read what the first grid wrote
-            for (int lc = 0; lc < first; ++lc)
-                bulk_copy(smem + lc * STAGE + B_BOX, a_tile + (size_t)(chunk_begin + lc) * A_CHUNK, A_CHUNK, &full[lc]);
+            for (int lc = 0; lc < first; ++lc) copy_a(smem + lc * STAGE, a_tile, chunk_begin + lc, &full[lc], x, group_mask);
             for (int lc = first; lc < chunks; ++lc) {
                 const int s = lc % STAGES;
                 mbar_wait(&empty[s], (lc / STAGES - 1) & 1);
                 mbar_arrive_expect_bytes(&full[s], STAGE);
                 tma_box(smem + s * STAGE, b_map, (chunk_begin + lc) * KC / 2, n0, &full[s]);
-                bulk_copy(smem + s * STAGE + B_BOX, a_tile + (size_t)(chunk_begin + lc) * A_CHUNK, A_CHUNK, &full[s]);
+                copy_a(smem + s * STAGE, a_tile, chunk_begin + lc, &full[s], x, group_mask);
             }
         }
         __syncwarp();
@@ -337,7 +370,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
                 wgmma_wait<0>();
                 wgmma_keep(part);
                 add_partial(acc, part);
-                mbar_arrive(&empty[(lc - 1) % STAGES]);
+                release_stage(&empty[(lc - 1) % STAGES], lane, split);
             }
             issue_block_mmas(part, smem_addr(op), smem_addr(smem + s * STAGE + B_BOX), b0);
         }
@@ -377,8 +410,9 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
         }
     }
     // The partial tiles, summed over the cluster's ranks in rank order (deterministic).
-    if constexpr (SPLITK > 1) cluster_sync();
+    // (With MC > 1 this cluster barrier also keeps every CTA alive until its peers' last arrivals.)
+    if constexpr (SPLITK > 1 || MC > 1) cluster_sync();
     else __syncthreads();
-    store_split_sum<SPLITK, MP, BN, P_STRIDE, NTHREADS>(part_tile, c, GN, m0, n0, m_size, GN, split, tid);
+    store_split_sum<SPLITK, MP, BN, P_STRIDE, NTHREADS, MC>(part_tile, c, GN, m0, n0, m_size, GN, split, tid, x);
     if constexpr (SPLITK > 1) cluster_sync_relaxed();  // peers may still be reading this CTA's partial tile
 }

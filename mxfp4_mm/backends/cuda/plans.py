@@ -40,13 +40,15 @@ DEQUANT_THREADS = 256
 # of A over all of its K range, B codes converted to e4m3 in shared memory, e4m3 wgmma. kind: "f8";
 # mp: rows of A per CTA (the wgmma n: M's class up to 128; larger M takes several tiles of 128);
 # stages: slots of its copy ring (`fp8_plan` fills as many as fit); split_k: CTAs along K (one
-# cluster, partial tiles summed in rank order); cg: consumer warpgroups sharing each chunk's blocks.
-Fp8Plan = collections.namedtuple("Fp8Plan", "kind mp stages split_k cg", defaults=(1, 1))
+# cluster, partial tiles summed in rank order); cg: consumer warpgroups sharing each chunk's blocks;
+# mc: neighbouring B tiles sharing A's copies by multicast (a cluster along N; N's tiles a multiple of it).
+Fp8Plan = collections.namedtuple("Fp8Plan", "kind mp stages split_k cg mc", defaults=(1, 1, 1))
 FP8 = "f8"
 FP8_KC = 256  # K per chunk (the kernel's KC)
 FP8_BN = 64   # rows of B per CTA
 FP8_MPS = (8, 16, 32, 64, 128)  # the wgmma n sizes of the e4m3 wrappers in wgmma_sm90a.h
 FP8_CGS = (1, 2, 4)  # consumer warpgroups: each takes 8 / cg of a chunk's 32-value blocks
+FP8_MCS = (1, 2, 4)  # B tiles sharing A's copies (1/mc of each A chunk per CTA: whole 16-byte units)
 FP8_MAX_M_TILES = 64  # tiles of mp rows along the grid's z
 FP8_STATIC_SMEM = 2048  # barriers and per-row exponents (ptxas -v: 1024-2048 bytes)
 PIPE_BNS = (64, 128, 192, 256)
@@ -116,25 +118,25 @@ def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12)
     """The fp8 plans offered for a shape: no split, then the three largest splits that keep every
     CTA on its own SM (tiles x split <= compute_units; clusters of 4 at 33 tiles already spill into a
     second wave on an H100, so the tuner measures a few). Each with 2, 4 and 1 consumer warpgroups
-    at the deepest ring that fits, and 2 at 4 stages (fewer A copies in flight at once: 15.4 vs 17.0
-    us at 64x7168x2048 with one warpgroup, H100)."""
+    at the deepest ring that fits, 2 at 4 stages (fewer A copies in flight at once: 15.4 vs 17.0 us at
+    64x7168x2048 with one warpgroup, H100), then A's copies shared by 4 and 2 B tiles (multicast)."""
     if k % FP8_KC:
         return []
     tiles = -(-n // FP8_BN) * fp8_m_tiles(m, Fp8Plan(FP8, min(m_class(m), FP8_MPS[-1]), 2))
     splits = [s for s in range(2, min(8, k // FP8_KC) + 1) if tiles * s <= compute_units][-3:]
     plans = []
     for split in [1] + splits[::-1]:
-        for cg in (2, 4, 1):
-            plans.append(fp8_plan(m, k, split, cg))
-        if plans[-3] is not None:
-            plans.append(plans[-3]._replace(stages=min(plans[-3].stages, 4)))
-    return list(dict.fromkeys(plan for plan in plans if plan is not None))[:limit]
+        two, four, one = (fp8_plan(m, k, split, cg) for cg in (2, 4, 1))
+        shallow = two and two._replace(stages=min(two.stages, 4))
+        plans += [two, four, one, shallow] + [plan._replace(mc=mc) for mc in (4, 2) for plan in (two, four) if plan]
+    return list(dict.fromkeys(plan for plan in plans if plan is not None and fp8_is_valid(m, n, k, plan)))[:limit]
 
 
 def fp8_is_valid(m: int, n: int, k: int, plan) -> bool:
     return (isinstance(plan, Fp8Plan) and plan.kind == FP8 and plan.mp in FP8_MPS
             and 1 <= fp8_m_tiles(max(m, 1), plan) <= FP8_MAX_M_TILES and m >= 1
             and plan.cg in FP8_CGS and plan.mp * plan.cg <= 256  # registers: mp (two fp32 tiles) + ~40 <= 65536 / threads
+            and plan.mc in FP8_MCS and -(-n // FP8_BN) % plan.mc == 0 and plan.mc * plan.split_k <= 8
             and k % FP8_KC == 0 and k // 32 <= 1024 and 2 <= plan.stages <= 16
             and 1 <= plan.split_k <= min(8, k // FP8_KC)
             and plan.mp * (FP8_BN + 4) * 4 <= plan.stages * fp8_stage_bytes(plan.mp)
@@ -200,7 +202,8 @@ def compile_options(n: int, k: int, plan) -> tuple:
     if isinstance(plan, Fp8Plan):
         split = (f"-DSPLITK={plan.split_k}",) if plan.split_k > 1 else ()
         groups = (f"-DCG={plan.cg}",) if plan.cg > 1 else ()
-        return (f"-DGN={n}", f"-DGK={k}", f"-DMP={plan.mp}", f"-DSTAGES={plan.stages}") + split + groups
+        multicast = (f"-DMC={plan.mc}",) if plan.mc > 1 else ()
+        return (f"-DGN={n}", f"-DGK={k}", f"-DMP={plan.mp}", f"-DSTAGES={plan.stages}") + split + groups + multicast
     if isinstance(plan, PipePlan):
         values = dict(GN=n, GK=k, BN=plan.bn, BM=plan.bm, SPLITK=plan.split_k, KC=plan.kc, STAGES=plan.stages)
         if plan.cw:

@@ -46,3 +46,16 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned i
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                  :: "r"(mbar_addr(dst)), "l"(src), "r"(bytes), "r"(mbar_addr(bar)) : "memory");
 }
+// Bulk copy multicast: the same bytes land at dst's offset in the shared memory of every CTA of the
+// cluster whose rank bit is set in `ctas`, each completing on the barrier at bar's offset there.
+__device__ __forceinline__ void bulk_copy_multicast(void* dst, const void* src, unsigned int bytes,
+                                                    unsigned long long* bar, unsigned short ctas) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;\n"
+                 :: "r"(mbar_addr(dst)), "l"(src), "r"(bytes), "r"(mbar_addr(bar)), "h"(ctas) : "memory");
+}
+// Arrives on the barrier at the same offset in the shared memory of cluster CTA `rank` (itself included).
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned long long* bar, unsigned int rank) {
+    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
+                 :: "r"(mbar_addr(bar)), "r"(rank) : "memory");
+}
