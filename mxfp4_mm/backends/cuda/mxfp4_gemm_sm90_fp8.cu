@@ -284,7 +284,9 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
                const u8* __restrict__ a_e4m3, const int* __restrict__ a_exp, const u16* __restrict__ a,
                const u8* __restrict__ b_q, u16* __restrict__ c, const int m_size) {
     extern __shared__ __align__(1024) u8 smem_raw[];
-    __shared__ u64 full[STAGES], empty[STAGES], scales_landed;
+    // B's and A's parts of a stage land on separate barriers: B's conversion need not wait for A
+    // (at the start A comes later: it waits for the quantization grid).
+    __shared__ u64 full_b[STAGES], full_a[STAGES], empty[STAGES], scales_landed;
     __shared__ int b_max[BN], b_min[BN], a_shift[MP], inexact;
     // The 128-byte swizzle repeats every 1024 bytes from a 1024-byte aligned address: the launch adds
     // 1 KB of slack, and the ring starts at the first such address (static shared memory comes first).
@@ -300,7 +302,8 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
     const u8* const a_tile = a_e4m3 + (size_t)blockIdx.z * CHUNKS * A_CHUNK;
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(&full[s], 1);
+            mbar_init(&full_b[s], 1);
+            mbar_init(&full_a[s], 1);
             mbar_init(&empty[s], EMPTY_ARRIVALS);
         }
         mbar_init(&scales_landed, 1);
@@ -328,18 +331,22 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
                           &scales_landed);
             const int first = min(STAGES, chunks);
             for (int lc = 0; lc < first; ++lc) {
-                mbar_arrive_expect_bytes(&full[lc], STAGE);
-                tma_box(smem + lc * STAGE, b_map, (chunk_begin + lc) * KC / 2, n0, &full[lc]);
+                mbar_arrive_expect_bytes(&full_b[lc], B_BOX);
+                tma_box(smem + lc * STAGE, b_map, (chunk_begin + lc) * KC / 2, n0, &full_b[lc]);
             }
             griddep_wait();
             asm volatile("fence.proxy.async.global;\n" ::: "memory");  // A's bulk copies read what the first grid wrote
-            for (int lc = 0; lc < first; ++lc) copy_a(smem + lc * STAGE, a_tile, chunk_begin + lc, &full[lc], x, group_mask);
+            for (int lc = 0; lc < first; ++lc) {
+                mbar_arrive_expect_bytes(&full_a[lc], A_CHUNK);  // all of it: with MC > 1 the peers copy the rest
+                copy_a(smem + lc * STAGE, a_tile, chunk_begin + lc, &full_a[lc], x, group_mask);
+            }
             for (int lc = first; lc < chunks; ++lc) {
                 const int s = lc % STAGES;
                 mbar_wait(&empty[s], (lc / STAGES - 1) & 1);
-                mbar_arrive_expect_bytes(&full[s], STAGE);
-                tma_box(smem + s * STAGE, b_map, (chunk_begin + lc) * KC / 2, n0, &full[s]);
-                copy_a(smem + s * STAGE, a_tile, chunk_begin + lc, &full[s], x, group_mask);
+                mbar_arrive_expect_bytes(&full_b[s], B_BOX);
+                tma_box(smem + s * STAGE, b_map, (chunk_begin + lc) * KC / 2, n0, &full_b[s]);
+                mbar_arrive_expect_bytes(&full_a[s], A_CHUNK);
+                copy_a(smem + s * STAGE, a_tile, chunk_begin + lc, &full_a[s], x, group_mask);
             }
         }
         __syncwarp();
@@ -361,7 +368,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
 #pragma unroll 1
         for (int lc = 0; lc < chunks; ++lc) {
             const int s = lc % STAGES;
-            mbar_wait(&full[s], (lc / STAGES) & 1);
+            mbar_wait(&full_b[s], (lc / STAGES) & 1);
             u8* const op = b_ops + (lc & 1) * BOP;
             convert_b_blocks(smem + s * STAGE, op, scales, b_max, chunk_begin + lc, b0, wt);
             proxy_fence();
@@ -372,6 +379,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
                 add_partial(acc, part);
                 release_stage(&empty[(lc - 1) % STAGES], lane, split);
             }
+            mbar_wait(&full_a[s], (lc / STAGES) & 1);
             issue_block_mmas(part, smem_addr(op), smem_addr(smem + s * STAGE + B_BOX), b0);
         }
         wgmma_wait<0>();
