@@ -158,15 +158,21 @@ def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
         assert not any(isinstance(p, Fp8Plan) for p in cuda.candidates(64, 7168, 2048, "cuda"))
         cuda._candidates.cache_clear()
         monkeypatch.setattr(cuda, "FP8_MEMCHECKED", True)
+        monkeypatch.setattr(cuda, "FP8_FIELDS_MEMCHECKED", False)  # one warpgroup, no multicast, one M tile
+        offered = [p for p in cuda.candidates(64, 7168, 2048, "cuda") if isinstance(p, Fp8Plan)]
+        assert offered == [cuda_plans.fp8_plan(64, 2048), cuda_plans.fp8_plan(64, 2048)._replace(stages=4)]
+        assert not any(isinstance(p, Fp8Plan) for p in cuda.candidates(256, 3072, 1536, "cuda"))
+        monkeypatch.setattr(cuda, "FP8_FIELDS_MEMCHECKED", True)
         offered = [p for p in cuda.candidates(64, 7168, 2048, "cuda") if isinstance(p, Fp8Plan)]
         deepest = cuda_plans.fp8_plan(64, 2048, 1, 2)
         # 112 tiles: no split keeps a CTA per SM
         assert offered == [deepest, deepest._replace(cg=4), deepest._replace(cg=1), deepest._replace(stages=4),
-                           deepest._replace(mc=4), deepest._replace(cg=4, mc=4), deepest._replace(mc=2),
+                           deepest._replace(cg=1, stages=4), deepest._replace(mc=4), deepest._replace(cg=4, mc=4), deepest._replace(mc=2),
                            deepest._replace(cg=4, mc=2)]
         offered = [p for p in cuda.candidates(16, 2112, 7168, "cuda") if isinstance(p, Fp8Plan)]
-        assert [p.split_k for p in offered] == [1] * 4 + [4] * 4 + [3] * 4  # 33 tiles x 4 <= 132; the limit
-        assert [p.cg for p in offered] == [2, 4, 1, 2] * 3 and all(p.stages == 4 for p in offered[3::4])
+        assert [p.split_k for p in offered] == [1] * 5 + [4] * 5 + [3] * 2  # 33 tiles x 4 <= 132; the limit
+        assert [p.cg for p in offered] == [2, 4, 1, 2, 1] * 2 + [2, 4]
+        assert [p.stages == 4 for p in offered[:5]] == [False, False, False, True, True]
         offered = [p for p in cuda.candidates(256, 3072, 1536, "cuda") if isinstance(p, Fp8Plan)]
         # 96 tiles; cg 4: registers
         assert [(p.mp, p.split_k, p.cg, p.mc) for p in offered] == [(128, 1, 2, 1), (128, 1, 1, 1), (128, 1, 2, 4), (128, 1, 2, 2)]

@@ -64,17 +64,21 @@ PIPE_TMA_MEMCHECKED = True
 # since their GPU tests and tools/sanitize_kernels.py under memcheck passed on an H100 (2026-12-06,
 # notes/verification.md).
 FP8_MEMCHECKED = True
+# Its later fields: consumer warpgroups (cg > 1), A shared by multicast (mc > 1) and several tiles
+# along M. Built and checked on the CPU only (2026-12-06): offered once their GPU tests and memcheck pass.
+FP8_FIELDS_MEMCHECKED = False
 
 
 @functools.lru_cache(maxsize=256)
-def _candidates(m, n, k, units, pipe, tma, fp8):
+def _candidates(m, n, k, units, pipe, tma, fp8, fp8_fields):
     first = plan_for_shape(m, n, k, units)
     plans = [first] + [plan for plan in ranked_plans(m, n, k, units, MAX_CANDIDATES) if plan != first]
     plans = plans[:MAX_CANDIDATES]
     if DequantPlan() != first:
         plans.append(DequantPlan())
     if fp8:
-        plans += [plan for plan in fp8_plans(m, n, k, units) if plan != first]
+        plans += [plan for plan in fp8_plans(m, n, k, units)
+                  if plan != first and (fp8_fields or (plan.cg == 1 and plan.mc == 1 and m <= plan.mp))]
     if pipe:
         plans += [plan for plan in pipe_plans(m, n, k, units, PIPE_CANDIDATES, tma) if plan != first]
     return plans
@@ -95,7 +99,8 @@ def candidates(m: int, n: int, k: int, device: torch.device) -> list:
     DequantPlan; then, where `offers_pipe`, up to PIPE_CANDIDATES pipe plans by their cost model (2-6
     µs slower than the table on the H200, notes/cuda.md). No compilation."""
     sm90 = offers_pipe(device)
-    return list(_candidates(m, n, k, compute_units(device), sm90, PIPE_TMA_MEMCHECKED, FP8_MEMCHECKED and sm90))
+    return list(_candidates(m, n, k, compute_units(device), sm90, PIPE_TMA_MEMCHECKED, FP8_MEMCHECKED and sm90,
+                                FP8_FIELDS_MEMCHECKED))
 
 
 def plan_label(plan) -> str:

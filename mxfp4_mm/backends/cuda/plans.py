@@ -118,8 +118,8 @@ def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12)
     """The fp8 plans offered for a shape: no split, then the three largest splits that keep every
     CTA on its own SM (tiles x split <= compute_units; clusters of 4 at 33 tiles already spill into a
     second wave on an H100, so the tuner measures a few). Each with 2, 4 and 1 consumer warpgroups
-    at the deepest ring that fits, 2 at 4 stages (fewer A copies in flight at once: 15.4 vs 17.0 us at
-    64x7168x2048 with one warpgroup, H100), then A's copies shared by 4 and 2 B tiles (multicast)."""
+    at the deepest ring that fits, 2 and 1 at 4 stages (fewer A copies in flight at once: 15.4 vs 17.0 us
+    at 64x7168x2048 with one warpgroup, H100), then A's copies shared by 4 and 2 B tiles (multicast)."""
     if k % FP8_KC:
         return []
     tiles = -(-n // FP8_BN) * fp8_m_tiles(m, Fp8Plan(FP8, min(m_class(m), FP8_MPS[-1]), 2))
@@ -127,8 +127,8 @@ def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12)
     plans = []
     for split in [1] + splits[::-1]:
         two, four, one = (fp8_plan(m, k, split, cg) for cg in (2, 4, 1))
-        shallow = two and two._replace(stages=min(two.stages, 4))
-        plans += [two, four, one, shallow] + [plan._replace(mc=mc) for mc in (4, 2) for plan in (two, four) if plan]
+        shallow = [plan._replace(stages=min(plan.stages, 4)) for plan in (two, one) if plan]
+        plans += [two, four, one] + shallow + [plan._replace(mc=mc) for mc in (4, 2) for plan in (two, four) if plan]
     return list(dict.fromkeys(plan for plan in plans if plan is not None and fp8_is_valid(m, n, k, plan)))[:limit]
 
 
