@@ -54,8 +54,10 @@ __device__ __forceinline__ void bulk_copy_multicast(void* dst, const void* src, 
                  :: "r"(mbar_addr(dst)), "l"(src), "r"(bytes), "r"(mbar_addr(bar)), "h"(ctas) : "memory");
 }
 // Arrives on the barrier at the same offset in the shared memory of cluster CTA `rank` (itself included).
+// Default semantics (release at CTA scope), as CUTLASS's cluster barrier: a release at cluster scope
+// costs a MEMBAR.GPU before every arrival, and a consumer releasing a stage has only read it.
 __device__ __forceinline__ void mbar_arrive_cluster(unsigned long long* bar, unsigned int rank) {
     asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
                  :: "r"(mbar_addr(bar)), "r"(rank) : "memory");
 }
