@@ -13,6 +13,7 @@ import re
 import shutil
 import struct
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -192,21 +193,44 @@ def _ptxas_report(n, k, plan, tmp_path):
     kernels = source_paths()[cuda.FP8_SOURCE].parent
     command = ["nvcc", "-arch=sm_90a", "-std=c++17", "-cubin", "-Xptxas", "-v", f"-I{kernels}",
                f"-I{source_paths()['mxfp4_exact.h'].parent}", *cuda_plans.compile_options(n, k, plan),
-               "-o", str(tmp_path / f"f8_{n}_{k}_{plan.mp}_{plan.split_k}.cubin"), str(kernels / cuda.FP8_SOURCE)]
+               "-o", str(tmp_path / f"{cuda.plan_label(plan)}_{n}_{k}.cubin"), str(kernels / cuda.FP8_SOURCE)]
     done = subprocess.run(command, capture_output=True, text=True)
-    return plan, done.returncode, done.stdout + done.stderr
+    return plan, done.returncode, done.stdout + done.stderr, command[command.index("-o") + 1]
+
+
+def _cuobjdump():
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    try:
+        import triton
+    except ImportError:
+        return None
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(bundled) if bundled.exists() else None
+
+
+def _expected_gpu_fences(plan):
+    """MEMBAR.GPU in the GEMM's SASS: the release of the cluster barriers at its start (multicast
+    groups) and end (any cluster), none per chunk."""
+    return int(plan.mc > 1) + int(plan.mc > 1 or plan.split_k > 1)
 
 
 def test_fp8_plans_build_without_spills(tmp_path):
     """nvcc -arch=sm_90a of the benchmark shapes' fp8 plans (and M class 128): no spills, no wgmma
-    serialized by ptxas (C7515/C7518), registers within the CTA's share of the register file."""
+    serialized by ptxas (C7515/C7518), registers within the CTA's share of the register file, and
+    (where cuobjdump is found) no GPU-scope fence but the cluster barriers' own."""
     if shutil.which("nvcc") is None:
         pytest.skip("no nvcc")
     work = [(n, k, plan) for m, n, k in BENCH_SHAPES + [(256, 3072, 1536)] for plan in cuda_plans.fp8_plans(m, n, k)]
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         reports = list(pool.map(lambda w: _ptxas_report(*w, tmp_path), work))
-    for plan, code, report in reports:
+    dump = _cuobjdump()
+    for plan, code, report, cubin in reports:
         assert code == 0, report[-2000:]
+        if dump:  # a release at cluster scope per stage release would put a MEMBAR.GPU in the chunk loop
+            sass = subprocess.run([dump, "-sass", "-fun", "mxfp4_gemm_fp8", cubin], capture_output=True, text=True).stdout
+            assert sass.count("MEMBAR.ALL.GPU") == _expected_gpu_fences(plan), (plan, sass.count("MEMBAR.ALL.GPU"))
         assert report.count("0 bytes spill stores") == report.count("spill stores"), report
         assert "C7518" not in report and "C7515" not in report, (plan, report)
         registers = int(re.search(r"Used (\d+) registers", report.split("function 'mxfp4_gemm_fp8'")[-1]).group(1))
