@@ -147,7 +147,7 @@ def test_candidates_put_pipe_plans_last_once_memchecked(shape, h200, monkeypatch
     assert pipes == cuda_plans.pipe_plans(*shape, 132, cuda.PIPE_CANDIDATES, cuda.PIPE_TMA_MEMCHECKED) == plans[len(plans) - len(pipes):]
     fp8 = [p for p in plans if isinstance(p, cuda_plans.Fp8Plan)]  # sm_90 only too, before the pipe plans
     fields = cuda.FP8_FIELDS_MEMCHECKED  # else one warpgroup, no multicast, one M tile
-    assert fp8 == [p for p in cuda_plans.fp8_plans(*shape, 132) if p != plans[0]
+    assert fp8 == [p for p in cuda_plans.fp8_plans(*shape, 132) if p != plans[0] and cuda.FP8_MEMCHECKED
                    and (fields or (p.cg == 1 and p.mc == 1 and shape[0] <= p.mp))]
     assert [p for p in plans if not isinstance(p, (PipePlan, cuda_plans.Fp8Plan))] == without
     assert len({cuda.plan_label(p) for p in plans}) == len(plans)
