@@ -19,9 +19,9 @@ import torch
 
 from ... import runtime
 from ...kernels import read_source
-from .plans import (DEQUANT_THREADS, FP8_BN, DequantPlan, Fp8Plan, PipePlan, Plan, chunks,
-                    compile_options, dequant_grid, fp8_m_tiles, fp8_plans, fp8_threads, grid, is_valid, pipe_plans, pipe_threads, plan_for_shape,
-                    ranked_plans, smem_bytes)
+from .plans import (DEQUANT_THREADS, FP8_BN, DequantPlan, Fp8Plan, PipePlan, Plan, chunks, compile_options,
+                    dequant_grid, fp8_m_tiles, fp8_plans, fp8_threads, grid, is_valid, pipe_plans, pipe_threads,
+                    plan_for_shape, ranked_plans, smem_bytes)
 
 NAME = "cuda"
 SOURCE = "mxfp4_gemm_sm90.cu"

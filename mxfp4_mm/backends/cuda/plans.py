@@ -95,6 +95,11 @@ def fp8_m_tiles(m: int, plan) -> int:
     return -(-m // plan.mp)
 
 
+def fp8_mp(m: int) -> int:
+    """Rows of A per CTA for M: its class, up to the widest e4m3 wgmma (128; larger M takes tiles)."""
+    return min(m_class(m), FP8_MPS[-1])
+
+
 def fp8_smem_bytes(k: int, plan) -> int:
     """The fp8 kernel's dynamic shared memory: the ring, two converted B chunks, the CTA's B scales
     (two 32-row groups over all of K) and 1 KB of slack for the ring's 1024-byte alignment."""
@@ -105,7 +110,7 @@ def fp8_smem_bytes(k: int, plan) -> int:
 def fp8_plan(m: int, k: int, split_k: int = 1, cg: int = 1):
     """The fp8 plan for M's class (tiles of 128 rows above it), split_k and cg with as many ring
     stages as fit (at most a CTA's chunks, at most 16); None where the kernel does not serve the shape."""
-    mp = min(m_class(m), FP8_MPS[-1])
+    mp = fp8_mp(m)
     if k % FP8_KC or not 1 <= split_k <= min(8, k // FP8_KC):
         return None
     room = MAX_SMEM - FP8_STATIC_SMEM - fp8_smem_bytes(k, Fp8Plan(FP8, mp, 0))
@@ -122,20 +127,22 @@ def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12)
     at 64x7168x2048 with one warpgroup, H100), then A's copies shared by 4 and 2 B tiles (multicast)."""
     if k % FP8_KC:
         return []
-    tiles = -(-n // FP8_BN) * fp8_m_tiles(m, Fp8Plan(FP8, min(m_class(m), FP8_MPS[-1]), 2))
+    tiles = -(-n // FP8_BN) * -(-m // fp8_mp(m))
     splits = [s for s in range(2, min(8, k // FP8_KC) + 1) if tiles * s <= compute_units][-3:]
     plans = []
     for split in [1] + splits[::-1]:
         two, four, one = (fp8_plan(m, k, split, cg) for cg in (2, 4, 1))
         shallow = [plan._replace(stages=min(plan.stages, 4)) for plan in (two, one) if plan]
-        plans += [two, four, one] + shallow + [plan._replace(mc=mc) for mc in (4, 2) for plan in (two, four) if plan]
+        shared = [plan._replace(mc=mc) for mc in (4, 2) for plan in (two, four) if plan]
+        plans += [two, four, one] + shallow + shared
     return list(dict.fromkeys(plan for plan in plans if plan is not None and fp8_is_valid(m, n, k, plan)))[:limit]
 
 
 def fp8_is_valid(m: int, n: int, k: int, plan) -> bool:
     return (isinstance(plan, Fp8Plan) and plan.kind == FP8 and plan.mp in FP8_MPS
-            and 1 <= fp8_m_tiles(max(m, 1), plan) <= FP8_MAX_M_TILES and m >= 1
-            and plan.cg in FP8_CGS and plan.mp * plan.cg <= 256  # registers: mp (two fp32 tiles) + ~40 <= 65536 / threads
+            and m >= 1 and fp8_m_tiles(m, plan) <= FP8_MAX_M_TILES
+            # registers: mp a thread (two fp32 tiles) + ~40 within 65536 / threads
+            and plan.cg in FP8_CGS and plan.mp * plan.cg <= 256
             and plan.mc in FP8_MCS and -(-n // FP8_BN) % plan.mc == 0 and plan.mc * plan.split_k <= 8
             and k % FP8_KC == 0 and k // 32 <= 1024 and 2 <= plan.stages <= 16
             and 1 <= plan.split_k <= min(8, k // FP8_KC)
