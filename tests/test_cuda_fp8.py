@@ -116,7 +116,8 @@ def test_fp8_validity_rules():
     assert cuda_plans.is_valid(65, 7168, 2048, plan) and cuda_plans.grid(65, 7168, plan)[2] == 2
     assert not cuda_plans.is_valid(64 * 64 + 1, 7168, 2048, plan)  # more tiles along M than the grid takes
     assert not cuda_plans.is_valid(0, 7168, 2048, plan)
-    assert cuda_plans.is_valid(64, 7168, 2048, plan._replace(cg=2)) and cuda_plans.is_valid(64, 7168, 2048, plan._replace(cg=4))
+    assert cuda_plans.is_valid(64, 7168, 2048, plan._replace(cg=2))
+    assert cuda_plans.is_valid(64, 7168, 2048, plan._replace(cg=4))
     assert not cuda_plans.is_valid(64, 7168, 2048, plan._replace(cg=3))  # a chunk's 8 blocks split evenly
     assert not cuda_plans.is_valid(128, 7168, 2048, plan._replace(mp=128, stages=3, cg=4))  # registers
     assert cuda_plans.is_valid(64, 7168, 2048, plan._replace(mc=4)) and cuda_plans.is_valid(64, 7168, 2048, plan._replace(mc=2))

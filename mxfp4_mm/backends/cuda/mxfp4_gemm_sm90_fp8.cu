@@ -11,17 +11,18 @@
 //    chunk layout so that a chunk of A is one contiguous bulk copy; a_exp[m] = the row's exponent, or
 //    ROW_INEXACT when the row does not fold (a block more than 11 binades below the row's largest,
 //    an exponent out of [-64, 64], NaN or inf).
-// 2. mxfp4_gemm_fp8 (one CTA per 64 rows of B, MP rows of A and K range: SPLITK CTAs along K form a
-//    cluster and sum their partial tiles in rank order through distributed shared memory): a copy warp fills
-//    a ring of chunks (B codes through a tensor map with the 128-byte swizzle, A's e4m3 chunk by a
+// 2. mxfp4_gemm_fp8 (one CTA per 64 rows of B, MP rows of A and K range: SPLITK CTAs along K form
+//    a cluster and sum their partial tiles in rank order through distributed shared memory): a copy
+//    warp fills a ring of chunks (B codes through a tensor map with the 128-byte swizzle, A's e4m3 chunk by a
 //    bulk copy issued after griddepcontrol.wait, so B's first stages are in flight while A is
 //    quantized; with MC > 1, MC CTAs of neighbouring B tiles form a cluster along x and each copies
 //    1/MC of every A chunk to all of them by multicast, so A leaves L2 once per MC tiles, and a
-//    stage is refilled once the consumers of all MC CTAs released it); CG consumer warpgroups each take NB / CG of a chunk's 32-value blocks: they convert
-//    those blocks' B codes to e4m3 in shared memory (a byte lookup by prmt per 4 codes) and issue
-//    their wgmmas (B rows = wgmma M, the tokens = its N). With one warp per scheduler the conversion
-//    is latency-bound; more warpgroups share it without a barrier between them (each reads and
-//    writes only its own blocks), and their partial tiles are added in warpgroup order at the end.
+//    stage is refilled once the consumers of all MC CTAs released it). CG consumer warpgroups each
+//    take NB / CG of a chunk's 32-value blocks: they convert those blocks' B codes to e4m3 in shared
+//    memory (a byte lookup by prmt per 4 codes) and issue their wgmmas (B rows = wgmma M, the tokens
+//    = its N). One warpgroup leaves one converting warp per scheduler; more share the conversion
+//    without a barrier between them (each reads and writes only its own blocks), and their partial
+//    tiles are added in warpgroup order at the end.
 //    Each chunk accumulates into a fresh partial that is added to fp32 registers once the chunk is
 //    done, so Hopper's reduced-precision fp8 accumulation spans at most KC values.
 //    A tile that does not fold (its B rows' scale bytes spread by more than 11, out of [63, 191], or
@@ -104,7 +105,9 @@ constexpr int EMPTY_ARRIVALS = MC == 1 ? CONSUMERS : MC * CONSUMERS / 32;
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;\n" :: "n"(CONSUMERS) : "memory"); }
-__device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, %1;\n" :: "r"(2 + wg), "n"(WG) : "memory"); }
+__device__ __forceinline__ void warpgroup_sync(int wg) {
+    asm volatile("bar.sync %0, %1;\n" :: "r"(2 + wg), "n"(WG) : "memory");
+}
 __device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // e4m3 bytes of the e2m1 magnitudes 0..7 times 2^d (d in [-5, 6]): exponent field + d. Code 0 stays 0.
@@ -230,7 +233,8 @@ __device__ __forceinline__ void issue_block_mmas(float (&part)[MP / 8][4], u32 b
 }
 
 // A chunk of the M tile's A into a stage: one bulk copy, or this CTA's slice multicast to its group.
-__device__ __forceinline__ void copy_a(u8* stage, const u8* a_tile, int chunk, u64* full, int x, unsigned short group_mask) {
+__device__ __forceinline__ void copy_a(u8* stage, const u8* a_tile, int chunk, u64* full, int x,
+                                       unsigned short group_mask) {
     const u8* src = a_tile + (size_t)chunk * A_CHUNK;
     if constexpr (MC == 1) bulk_copy(stage + B_BOX, src, A_CHUNK, full);
     else bulk_copy_multicast(stage + B_BOX + x * A_SLICE, src + x * A_SLICE, A_SLICE, full, group_mask);

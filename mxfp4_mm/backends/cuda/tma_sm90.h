@@ -50,7 +50,8 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned i
 // cluster whose rank bit is set in `ctas`, each completing on the barrier at bar's offset there.
 __device__ __forceinline__ void bulk_copy_multicast(void* dst, const void* src, unsigned int bytes,
                                                     unsigned long long* bar, unsigned short ctas) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;\n"
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1], %2, [%3], %4;\n"
                  :: "r"(mbar_addr(dst)), "l"(src), "r"(bytes), "r"(mbar_addr(bar)), "h"(ctas) : "memory");
 }
 // Arrives on the barrier at the same offset in the shared memory of cluster CTA `rank` (itself included).
