@@ -91,6 +91,38 @@ def test_the_lookup_leaves_the_normal_range_outside_the_offsets_the_kernel_allow
     assert 0.5 * 2.0 ** -6 < 2.0 ** -6 and 6 * 2.0 ** 7 > 448
 
 
+# ---- CPU: A's layout ---------------------------------------------------------------------------
+
+def _a_offset(m, g, mp, chunks, kc=256):
+    """a_offset of the kernel: byte of (row m, k16 group g) in [M tile][chunk][k16 group][mp rows] x 16 B."""
+    return (((m // mp * chunks + g // (kc // 16)) * (kc // 16) + g % (kc // 16)) * mp + m % mp) * 16
+
+
+def test_the_kernel_states_the_a_layout_modelled_here():
+    assert "(((m / MP * CHUNKS + g / (KC / 16)) * (KC / 16) + g % (KC / 16)) * MP + m % MP) * 16" in _kernel_source()
+    assert "a_e4m3 + (size_t)blockIdx.z * CHUNKS * A_CHUNK" in _kernel_source()
+
+
+@pytest.mark.parametrize("mp, tiles, k", [(8, 1, 256), (64, 3, 2048), (128, 2, 1536)])
+def test_a_layout_gives_each_m_tile_and_chunk_one_contiguous_copy(mp, tiles, k):
+    """Every (row, k16 group) has its own 16 bytes; an (M tile, chunk) is the contiguous A_CHUNK bytes
+    the GEMM copies from a_tile + chunk * A_CHUNK, inside it the wgmma operand's k16-group-major order,
+    and a multicast group's 1/mc slices are whole 16-byte units."""
+    chunks, a_chunk = k // 256, mp * 256
+    seen = set()
+    for m in range(mp * tiles):
+        for g in range(k // 16):
+            offset = _a_offset(m, g, mp, chunks)
+            seen.add(offset)
+            tile, chunk = m // mp, g // 16
+            base = (tile * chunks + chunk) * a_chunk
+            assert base <= offset < base + a_chunk
+            assert offset - base == ((g % 16) * mp + m % mp) * 16  # [k16 group][mp rows] x 16 B
+    assert seen == set(range(0, mp * tiles * k, 16))
+    for mc in cuda_plans.FP8_MCS:
+        assert a_chunk % (16 * mc) == 0
+
+
 # ---- CPU: plans --------------------------------------------------------------------------------
 
 def test_fp8_plans_of_the_benchmark_shapes_fit():
