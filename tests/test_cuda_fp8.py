@@ -152,7 +152,8 @@ def test_fp8_validity_rules():
     assert cuda_plans.is_valid(64, 7168, 2048, plan._replace(cg=4))
     assert not cuda_plans.is_valid(64, 7168, 2048, plan._replace(cg=3))  # a chunk's 8 blocks split evenly
     assert not cuda_plans.is_valid(128, 7168, 2048, plan._replace(mp=128, stages=3, cg=4))  # registers
-    assert cuda_plans.is_valid(64, 7168, 2048, plan._replace(mc=4)) and cuda_plans.is_valid(64, 7168, 2048, plan._replace(mc=2))
+    assert cuda_plans.is_valid(64, 7168, 2048, plan._replace(mc=4))
+    assert cuda_plans.is_valid(64, 7168, 2048, plan._replace(mc=2))
     assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(mc=2))  # 33 B tiles: groups of 2 do not tile them
     assert not cuda_plans.is_valid(64, 7168, 2048, plan._replace(mc=3))
     assert not cuda_plans.is_valid(64, 7168, 2048, plan._replace(mc=4, split_k=4))  # a cluster of 16
@@ -176,7 +177,8 @@ def test_fp8_labels_options_and_table_round_trip():
     assert cuda.plan_label(split) == "f8.m16.q7.s4" and cuda_plans.compile_options(2112, 7168, split)[-1] == "-DSPLITK=4"
     assert cuda_plans.grid(16, 2112, split) == (33, 4, 1)
     groups = split._replace(cg=2)
-    assert cuda.plan_label(groups) == "f8.m16.q7.s4.g2" and cuda_plans.compile_options(2112, 7168, groups)[-1] == "-DCG=2"
+    assert cuda.plan_label(groups) == "f8.m16.q7.s4.g2"
+    assert cuda_plans.compile_options(2112, 7168, groups)[-1] == "-DCG=2"
     assert cuda_plans.plan_from_fields(tuple(groups)) == groups and cuda_plans.fp8_threads(groups) == 288
     shared = cuda_plans.fp8_plan(64, 2048, 2, 4)._replace(mc=4)
     assert cuda.plan_label(shared) == f"f8.m64.q{shared.stages}.s2.g4.x4"
@@ -200,16 +202,17 @@ def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
         offered = [p for p in cuda.candidates(64, 7168, 2048, "cuda") if isinstance(p, Fp8Plan)]
         deepest = cuda_plans.fp8_plan(64, 2048, 1, 2)
         # 112 tiles: no split keeps a CTA per SM
-        assert offered == [deepest, deepest._replace(cg=4), deepest._replace(cg=1), deepest._replace(stages=4),
-                           deepest._replace(cg=1, stages=4), deepest._replace(mc=4), deepest._replace(cg=4, mc=4), deepest._replace(mc=2),
-                           deepest._replace(cg=4, mc=2)]
+        variants = [dict(cg=4), dict(cg=1), dict(stages=4), dict(cg=1, stages=4),
+                    dict(mc=4), dict(cg=4, mc=4), dict(mc=2), dict(cg=4, mc=2)]
+        assert offered == [deepest] + [deepest._replace(**fields) for fields in variants]
         offered = [p for p in cuda.candidates(16, 2112, 7168, "cuda") if isinstance(p, Fp8Plan)]
         assert [p.split_k for p in offered] == [1] * 5 + [4] * 5 + [3] * 2  # 33 tiles x 4 <= 132; the limit
         assert [p.cg for p in offered] == [2, 4, 1, 2, 1] * 2 + [2, 4]
         assert [p.stages == 4 for p in offered[:5]] == [False, False, False, True, True]
         offered = [p for p in cuda.candidates(256, 3072, 1536, "cuda") if isinstance(p, Fp8Plan)]
         # 96 tiles; cg 4: registers
-        assert [(p.mp, p.split_k, p.cg, p.mc) for p in offered] == [(128, 1, 2, 1), (128, 1, 1, 1), (128, 1, 2, 4), (128, 1, 2, 2)]
+        assert [(p.mp, p.split_k, p.cg, p.mc) for p in offered] == [(128, 1, 2, 1), (128, 1, 1, 1), (128, 1, 2, 4),
+                                                                     (128, 1, 2, 2)]
     finally:
         cuda._candidates.cache_clear()
 
@@ -262,7 +265,8 @@ def test_fp8_plans_build_without_spills(tmp_path):
     for plan, code, report, cubin in reports:
         assert code == 0, report[-2000:]
         if dump:  # a release at cluster scope per stage release would put a MEMBAR.GPU in the chunk loop
-            sass = subprocess.run([dump, "-sass", "-fun", "mxfp4_gemm_fp8", cubin], capture_output=True, text=True).stdout
+            sass = subprocess.run([dump, "-sass", "-fun", "mxfp4_gemm_fp8", cubin], capture_output=True,
+                                  text=True).stdout
             assert sass.count("MEMBAR.ALL.GPU") == _expected_gpu_fences(plan), (plan, sass.count("MEMBAR.ALL.GPU"))
         assert report.count("0 bytes spill stores") == report.count("spill stores"), report
         assert "C7518" not in report and "C7515" not in report, (plan, report)
