@@ -68,21 +68,32 @@ def test_the_kernel_states_the_lookup_modelled_here():
     source = _kernel_source()
     assert "0x3C383000u + (u32)(8 * d) * 0x01010100u" in source
     assert "0x4C484440u + (u32)(8 * d) * 0x01010101u" in source
-    assert "prmt(lo, hi, x & 0x7777u) | prmt(0x8000u, 0u, (x >> 3) & 0x1111u)" in source
+    assert "const u32 magnitude = w & 0x77777777u, sign = (w >> 3) & 0x11111111u;" in source
+    assert "return make_uint2(prmt(lo, hi, magnitude) | prmt(0x8000u, 0u, sign),\n" in source
+    assert "prmt(lo, hi, magnitude >> 16) | prmt(0x8000u, 0u, sign >> 16));" in source
+
+
+def _e2m1x8_to_e4m3(w, lo, hi):
+    """e2m1x8_to_e4m3 of the kernel: the 8 e4m3 bytes of a word's 8 codes, first value lowest."""
+    magnitude, sign = w & 0x77777777, (w >> 3) & 0x11111111
+    low = _prmt(lo, hi, magnitude) | _prmt(0x8000, 0, sign)
+    high = _prmt(lo, hi, magnitude >> 16) | _prmt(0x8000, 0, sign >> 16)
+    return low | high << 32
 
 
 @pytest.mark.parametrize("d", range(-5, 7))
 def test_every_code_becomes_its_exact_e4m3_value(d):
-    """All 16 codes in each of the 4 positions of a 16-bit group: e2m1 * 2^d exactly (signed zero too)."""
+    """All 16 codes in each of the 8 positions of a word, among neighbours of every other code:
+    e2m1 * 2^d exactly (signed zero too), each byte from its own code only."""
     lo, hi = _lut(d)
     for code in range(16):
-        for position in range(4):
-            x = code << (4 * position)
-            word = _prmt(lo, hi, x & 0x7777) | _prmt(0x8000, 0, (x >> 3) & 0x1111)
-            byte = (word >> (8 * position)) & 0xFF
-            want = (-1.0 if code & 8 else 1.0) * E2M1[code & 7] * 2.0 ** d
-            assert _e4m3_value(byte) == want, (d, code, position)
-            assert (byte & 0x80) == (0x80 if code & 8 else 0)
+        for position in range(8):
+            for other in (0, 0xF, 0x8, 0x7):  # the neighbours' codes must not leak into this byte
+                w = sum(other << (4 * p) for p in range(8) if p != position) | code << (4 * position)
+                byte = (_e2m1x8_to_e4m3(w, lo, hi) >> (8 * position)) & 0xFF
+                want = (-1.0 if code & 8 else 1.0) * E2M1[code & 7] * 2.0 ** d
+                assert _e4m3_value(byte) == want, (d, code, position, other)
+                assert (byte & 0x80) == (0x80 if code & 8 else 0)
 
 
 def test_the_lookup_leaves_the_normal_range_outside_the_offsets_the_kernel_allows():

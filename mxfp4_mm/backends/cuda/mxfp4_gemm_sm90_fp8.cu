@@ -113,9 +113,13 @@ __device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.
 // e4m3 bytes of the e2m1 magnitudes 0..7 times 2^d (d in [-5, 6]): exponent field + d. Code 0 stays 0.
 __device__ __forceinline__ u32 e4m3_lut_lo(int d) { return 0x3C383000u + (u32)(8 * d) * 0x01010100u; }
 __device__ __forceinline__ u32 e4m3_lut_hi(int d) { return 0x4C484440u + (u32)(8 * d) * 0x01010101u; }
-// Four e2m1 codes (16 bits, first value lowest) -> four e4m3 bytes.
-__device__ __forceinline__ u32 e2m1x4_to_e4m3(u32 x, u32 lo, u32 hi) {
-    return prmt(lo, hi, x & 0x7777u) | prmt(0x8000u, 0u, (x >> 3) & 0x1111u);
+// Eight e2m1 codes (a word, first value lowest) -> eight e4m3 bytes (two words): per 4 codes one prmt
+// looks up the magnitudes and one makes the sign bytes. prmt reads only its selector's low 16 bits, so
+// the word's selectors are masked once and the high half's are shifted down (11 instructions a word).
+__device__ __forceinline__ uint2 e2m1x8_to_e4m3(u32 w, u32 lo, u32 hi) {
+    const u32 magnitude = w & 0x77777777u, sign = (w >> 3) & 0x11111111u;
+    return make_uint2(prmt(lo, hi, magnitude) | prmt(0x8000u, 0u, sign),
+                      prmt(lo, hi, magnitude >> 16) | prmt(0x8000u, 0u, sign >> 16));
 }
 
 // ---- 1. A: quantized once per call -----------------------------------------------------------
@@ -149,20 +153,20 @@ mxfp4_quant_a_e4m3(const u16* __restrict__ a, u8* __restrict__ a_e4m3, int* __re
     const int emax = row_max, d = e - emax + 6;
     if (live && amax != 0 && d < -5) row_inexact = 1;
     const u32 lo = e4m3_lut_lo(max(d, -5)), hi = e4m3_lut_hi(max(d, -5));
-    u32 out[8];
+    uint2 out[4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {  // 4 values per output word, each value's code as the reference rounds it
+    for (int i = 0; i < 4; ++i) {  // 8 values per code word, each value's code as the reference rounds it
         u32 codes = 0;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const u32 bits = (w[(4 * i + j) / 2] >> (16 * ((4 * i + j) & 1))) & 0xFFFFu;
+        for (int j = 0; j < 8; ++j) {
+            const u32 bits = (w[(8 * i + j) / 2] >> (16 * (j & 1))) & 0xFFFFu;
             codes |= (e2m1_code(bits, e) | (bits >> 12 & 8u)) << (4 * j);
         }
-        out[i] = e2m1x4_to_e4m3(codes, lo, hi);
+        out[i] = e2m1x8_to_e4m3(codes, lo, hi);
     }
     if (block) {
-        *reinterpret_cast<uint4*>(a_e4m3 + a_offset(m, 2 * blk)) = make_uint4(out[0], out[1], out[2], out[3]);
-        *reinterpret_cast<uint4*>(a_e4m3 + a_offset(m, 2 * blk + 1)) = make_uint4(out[4], out[5], out[6], out[7]);
+        *reinterpret_cast<uint4*>(a_e4m3 + a_offset(m, 2 * blk)) = make_uint4(out[0].x, out[0].y, out[1].x, out[1].y);
+        *reinterpret_cast<uint4*>(a_e4m3 + a_offset(m, 2 * blk + 1)) = make_uint4(out[2].x, out[2].y, out[3].x, out[3].y);
     }
     __syncthreads();
     if (blk == 0) {
@@ -212,12 +216,10 @@ __device__ __forceinline__ void convert_b_blocks(const u8* codes, u8* op, const 
         const uint4 x = *reinterpret_cast<const uint4*>(codes + r * 128 + ((b ^ (r & 7)) * 16));
         const int d = max((int)scales[scale_index(r, lc * NB + b)] - b_max[r] + 6, -5);
         const u32 lo = e4m3_lut_lo(d), hi = e4m3_lut_hi(d);
-        *reinterpret_cast<uint4*>(op + ((2 * b) * BN + r) * 16) =
-            make_uint4(e2m1x4_to_e4m3(x.x, lo, hi), e2m1x4_to_e4m3(x.x >> 16, lo, hi),
-                       e2m1x4_to_e4m3(x.y, lo, hi), e2m1x4_to_e4m3(x.y >> 16, lo, hi));
-        *reinterpret_cast<uint4*>(op + ((2 * b + 1) * BN + r) * 16) =
-            make_uint4(e2m1x4_to_e4m3(x.z, lo, hi), e2m1x4_to_e4m3(x.z >> 16, lo, hi),
-                       e2m1x4_to_e4m3(x.w, lo, hi), e2m1x4_to_e4m3(x.w >> 16, lo, hi));
+        const uint2 e0 = e2m1x8_to_e4m3(x.x, lo, hi), e1 = e2m1x8_to_e4m3(x.y, lo, hi);
+        const uint2 e2 = e2m1x8_to_e4m3(x.z, lo, hi), e3 = e2m1x8_to_e4m3(x.w, lo, hi);
+        *reinterpret_cast<uint4*>(op + ((2 * b) * BN + r) * 16) = make_uint4(e0.x, e0.y, e1.x, e1.y);
+        *reinterpret_cast<uint4*>(op + ((2 * b + 1) * BN + r) * 16) = make_uint4(e2.x, e2.y, e3.x, e3.y);
     }
 }
 
