@@ -166,7 +166,8 @@ mxfp4_quant_a_e4m3(const u16* __restrict__ a, u8* __restrict__ a_e4m3, int* __re
     }
     if (block) {
         *reinterpret_cast<uint4*>(a_e4m3 + a_offset(m, 2 * blk)) = make_uint4(out[0].x, out[0].y, out[1].x, out[1].y);
-        *reinterpret_cast<uint4*>(a_e4m3 + a_offset(m, 2 * blk + 1)) = make_uint4(out[2].x, out[2].y, out[3].x, out[3].y);
+        *reinterpret_cast<uint4*>(a_e4m3 + a_offset(m, 2 * blk + 1)) =
+            make_uint4(out[2].x, out[2].y, out[3].x, out[3].y);
     }
     __syncthreads();
     if (blk == 0) {
