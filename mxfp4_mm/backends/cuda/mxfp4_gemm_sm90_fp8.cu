@@ -23,8 +23,9 @@
 //    = its N). One warpgroup leaves one converting warp per scheduler; more share the conversion
 //    without a barrier between them (each reads and writes only its own blocks), and their partial
 //    tiles are added in warpgroup order at the end.
-//    Each chunk accumulates into a fresh partial that is added to fp32 registers once the chunk is
-//    done, so Hopper's reduced-precision fp8 accumulation spans at most KC values.
+//    A warpgroup's MMAs accumulate into a partial sum that is added to fp32 registers every CG chunks
+//    (its blocks of them: KC values), so Hopper's reduced-precision fp8 accumulation spans at most KC
+//    values whatever CG is, and the promotion's adds do not grow with it.
 //    A tile that does not fold (its B rows' scale bytes spread by more than 11, out of [63, 191], or
 //    an inexact A row) is recomputed in plain fp32 from A and B (`exact_partial`). Every CTA of a
 //    cluster reaches the same verdict: the B verdict reads the rows' scales over all of K.
@@ -224,14 +225,14 @@ __device__ __forceinline__ void convert_b_blocks(const u8* codes, u8* op, const 
     }
 }
 
-// A warpgroup's WG_BLOCKS wgmmas of a chunk (k32 each, blocks from b0) into a fresh partial sum, one
-// commit group.
-__device__ __forceinline__ void issue_block_mmas(float (&part)[MP / 8][4], u32 b_op, u32 a_chunk, int b0) {
+// A warpgroup's WG_BLOCKS wgmmas of a chunk (k32 each, blocks from b0) into the partial sum (a fresh
+// one unless `keep`), one commit group.
+__device__ __forceinline__ void issue_block_mmas(float (&part)[MP / 8][4], u32 b_op, u32 a_chunk, int b0, bool keep) {
     wgmma_fence();
 #pragma unroll
     for (int s = 0; s < WG_BLOCKS; ++s)
         wgmma_ss_e4m3<MP>(part, wgmma_desc(b_op + 2 * (b0 + s) * BN * 16, BN * 16, 128),
-                          wgmma_desc(a_chunk + 2 * (b0 + s) * MP * 16, MP * 16, 128), s > 0);
+                          wgmma_desc(a_chunk + 2 * (b0 + s) * MP * 16, MP * 16, 128), s > 0 || keep);
     wgmma_commit();
 }
 
@@ -380,14 +381,14 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             convert_b_blocks(smem + s * STAGE, op, scales, b_max, chunk_begin + lc, b0, wt);
             proxy_fence();
             warpgroup_sync(wg);
-            if (lc > 0) {  // chunk lc-1's MMAs: done, added, its stage released
+            if (lc > 0) {  // chunk lc-1's MMAs: done, its stage released, the partial added after CG chunks
                 wgmma_wait<0>();
                 wgmma_keep(part);
-                add_partial(acc, part);
+                if (lc % CG == 0) add_partial(acc, part);
                 release_stage(&empty[(lc - 1) % STAGES], lane, split);
             }
             mbar_wait(&full_a[s], (lc / STAGES) & 1);
-            issue_block_mmas(part, smem_addr(op), smem_addr(smem + s * STAGE + B_BOX), b0);
+            issue_block_mmas(part, smem_addr(op), smem_addr(smem + s * STAGE + B_BOX), b0, lc % CG != 0);
         }
         wgmma_wait<0>();
         wgmma_keep(part);
