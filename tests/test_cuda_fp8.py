@@ -134,6 +134,20 @@ def test_a_layout_gives_each_m_tile_and_chunk_one_contiguous_copy(mp, tiles, k):
         assert a_chunk % (16 * mc) == 0
 
 
+def test_a_chunk_further_on_moves_the_scale_index_by_256():
+    """The conversion works each thread's scale index out once and adds 256 a chunk (b_items)."""
+    source = _kernel_source()
+    formula = ("(r >> 5) * GROUP_SCALES + (c >> 3) * 256 + (c & 3) * 64 + (r & 15) * 4 + ((c & 7) >> 2) * 2"
+               " + ((r & 31) >> 4)")
+    assert formula in source and "items.scale[i] + lc * 256" in source
+
+    def scale_index(r, c, group_scales=1 << 16):
+        return ((r >> 5) * group_scales + (c >> 3) * 256 + (c & 3) * 64 + (r & 15) * 4 + ((c & 7) >> 2) * 2
+                + ((r & 31) >> 4))
+
+    assert all(scale_index(r, c + 8) == scale_index(r, c) + 256 for r in range(64) for c in range(1024))
+
+
 # ---- CPU: plans --------------------------------------------------------------------------------
 
 def test_fp8_plans_of_the_benchmark_shapes_fit():

@@ -207,21 +207,45 @@ __device__ __forceinline__ void scale_range(const u8* scales, int* b_max, int* b
     atomicMax(&b_max[g * 32 + r16 + 16], hi1); atomicMin(&b_min[g * 32 + r16 + 16], lo1);
 }
 
-// A warpgroup's blocks of a chunk's B codes (64 rows x WG_BLOCKS blocks from b0, swizzled as landed)
-// -> e4m3 operand [k16 group][64 rows] x 16 B. Item = (row, block): 8 consecutive lanes take 8
-// consecutive rows of one block, so both the swizzled reads and the operand writes are conflict-free.
-__device__ __forceinline__ void convert_b_blocks(const u8* codes, u8* op, const u8* scales, const int* b_max, int lc,
-                                                 int b0, int t) {
+// A thread's conversion items: the same (row, block) pairs of every chunk. Item = (row r, block b of
+// the warpgroup's WG_BLOCKS): 8 consecutive lanes take 8 consecutive rows of one block, so both the
+// swizzled reads and the operand writes are conflict-free. Their addresses, scale index and the row's
+// largest scale are worked out once, before the chunk loop (a chunk further on, the scale index moves
+// by 256: format.md §3's 8-column groups).
+constexpr int ITEMS = BN * WG_BLOCKS / WG;
+static_assert(NB == 8, "a chunk is one 8-column group of the scale layout: the next chunk's index is 256 on");
+struct BItems {
+    int codes[ITEMS];     // in a stage: the 16 code bytes of (r, b), swizzled as the tensor map lands them
+    int operand[ITEMS];   // in a converted chunk: (r, k16 group 2b); group 2b + 1 is BN * 16 bytes on
+    int scale[ITEMS];     // in the CTA's scales: (r, block b of the CTA's first chunk)
+    int shift[ITEMS];     // 6 - the row's largest scale byte (d = scale + shift, at least -5)
+};
+
+__device__ __forceinline__ BItems b_items(const int* b_max, int first_chunk, int b0, int t) {
+    BItems items;
 #pragma unroll
-    for (int i = 0; i < BN * WG_BLOCKS / WG; ++i) {
+    for (int i = 0; i < ITEMS; ++i) {
         const int item = t + i * WG, r = item % BN, b = b0 + item / BN;
-        const uint4 x = *reinterpret_cast<const uint4*>(codes + r * 128 + ((b ^ (r & 7)) * 16));
-        const int d = max((int)scales[scale_index(r, lc * NB + b)] - b_max[r] + 6, -5);
+        items.codes[i] = r * 128 + ((b ^ (r & 7)) * 16);
+        items.operand[i] = ((2 * b) * BN + r) * 16;
+        items.scale[i] = scale_index(r, first_chunk * NB + b);
+        items.shift[i] = 6 - b_max[r];
+    }
+    return items;
+}
+
+// A warpgroup's blocks of the CTA's lc-th chunk: B codes -> e4m3 operand [k16 group][64 rows] x 16 B.
+__device__ __forceinline__ void convert_b_blocks(const BItems& items, const u8* codes, u8* op, const u8* scales,
+                                                 int lc) {
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        const uint4 x = *reinterpret_cast<const uint4*>(codes + items.codes[i]);
+        const int d = max((int)scales[items.scale[i] + lc * 256] + items.shift[i], -5);
         const u32 lo = e4m3_lut_lo(d), hi = e4m3_lut_hi(d);
         const uint2 e0 = e2m1x8_to_e4m3(x.x, lo, hi), e1 = e2m1x8_to_e4m3(x.y, lo, hi);
         const uint2 e2 = e2m1x8_to_e4m3(x.z, lo, hi), e3 = e2m1x8_to_e4m3(x.w, lo, hi);
-        *reinterpret_cast<uint4*>(op + ((2 * b) * BN + r) * 16) = make_uint4(e0.x, e0.y, e1.x, e1.y);
-        *reinterpret_cast<uint4*>(op + ((2 * b + 1) * BN + r) * 16) = make_uint4(e2.x, e2.y, e3.x, e3.y);
+        *reinterpret_cast<uint4*>(op + items.operand[i]) = make_uint4(e0.x, e0.y, e1.x, e1.y);
+        *reinterpret_cast<uint4*>(op + items.operand[i] + BN * 16) = make_uint4(e2.x, e2.y, e3.x, e3.y);
     }
 }
 
@@ -373,12 +397,13 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             const int hi = b_max[t], lo = b_min[t];
             if (hi - lo > 11 || hi < 63 || hi > 191) inexact = 1;
         }
+        const BItems items = b_items(b_max, chunk_begin, b0, wt);
 #pragma unroll 1
         for (int lc = 0; lc < chunks; ++lc) {
             const int s = lc % STAGES;
             mbar_wait(&full_b[s], (lc / STAGES) & 1);
             u8* const op = b_ops + (lc & 1) * BOP;
-            convert_b_blocks(smem + s * STAGE, op, scales, b_max, chunk_begin + lc, b0, wt);
+            convert_b_blocks(items, smem + s * STAGE, op, scales, lc);
             proxy_fence();
             warpgroup_sync(wg);
             if (lc > 0) {  // chunk lc-1's MMAs: done, its stage released, the partial added after CG chunks
