@@ -13,6 +13,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -260,15 +261,13 @@ def _ptxas_report(n, k, plan, tmp_path):
 
 
 def _cuobjdump():
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
+    """tools/sass_diff.py's lookup (PATH, else Triton's wheel), or None."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import sass_diff
     try:
-        import triton
-    except ImportError:
+        return sass_diff.cuobjdump()
+    except SystemExit:
         return None
-    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    return str(bundled) if bundled.exists() else None
 
 
 def _expected_gpu_fences(plan):
