@@ -260,23 +260,25 @@ __device__ __forceinline__ void issue_block_mmas(float (&part)[MP / 8][4], u32 b
     wgmma_commit();
 }
 
-// A chunk of the M tile's A into a stage: one bulk copy, or this CTA's slice multicast to its group.
-__device__ __forceinline__ void copy_a(u8* stage, const u8* a_tile, int chunk, u64* full, int x,
-                                       unsigned short group_mask) {
+// A chunk of the M tile's A into a stage: one bulk copy, or this CTA's slice (x of MC) multicast to
+// its group, the cluster ranks group0 .. group0 + MC - 1. `full` expects the whole chunk either way.
+__device__ __forceinline__ void copy_a(u8* stage, const u8* a_tile, int chunk, u64* full, int x, int group0) {
     const u8* src = a_tile + (size_t)chunk * A_CHUNK;
+    mbar_arrive_expect_bytes(full, A_CHUNK);
     if constexpr (MC == 1) bulk_copy(stage + B_BOX, src, A_CHUNK, full);
-    else bulk_copy_multicast(stage + B_BOX + x * A_SLICE, src + x * A_SLICE, A_SLICE, full, group_mask);
+    else bulk_copy_multicast(stage + B_BOX + x * A_SLICE, src + x * A_SLICE, A_SLICE, full,
+                             (unsigned short)(((1u << MC) - 1) << group0));
 }
 
 // A stage read by this thread's finished MMAs: released to this CTA's copy warp, or (MC > 1) to the
-// copy warps of the whole multicast group, whose next copies into it land here too.
-__device__ __forceinline__ void release_stage(u64* empty, int lane, int split) {
+// copy warps of the whole multicast group (ranks from group0), whose next copies into it land here too.
+__device__ __forceinline__ void release_stage(u64* empty, int lane, int group0) {
     if constexpr (MC == 1) {
         mbar_arrive(empty);
     } else {
         __syncwarp();
         if (lane == 0)
-            for (int r = 0; r < MC; ++r) mbar_arrive_cluster(empty, (unsigned)(MC * split + r));
+            for (int r = 0; r < MC; ++r) mbar_arrive_cluster(empty, (unsigned)(group0 + r));
     }
 }
 
@@ -345,9 +347,8 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
     if (tid < BN) { b_max[tid] = 0; b_min[tid] = 255; }
     if constexpr (MC > 1) cluster_sync();  // the peers' barriers exist before any multicast reaches them
     else __syncthreads();
-    // In the cluster (MC, SPLITK): this CTA is rank x + MC * split; its multicast group is the ranks of its split.
-    const int x = blockIdx.x % MC;
-    const unsigned short group_mask = (unsigned short)(((1u << MC) - 1) << (MC * split));
+    // In the cluster (MC, SPLITK): this CTA is rank x + group0; its multicast group is its split's MC ranks.
+    const int x = blockIdx.x % MC, group0 = MC * split;
 
     const bool consumer = warp < CONSUMERS / 32;
     float acc[MP / 8][4], part[MP / 8][4];
@@ -361,24 +362,24 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             for (int g = 0; g < groups; ++g)
                 bulk_copy(scales + g * GROUP_SCALES, b_scale_sh + (size_t)(n0 / 32 + g) * GROUP_SCALES, GROUP_SCALES,
                           &scales_landed);
-            const int first = min(STAGES, chunks);
-            for (int lc = 0; lc < first; ++lc) {
-                mbar_arrive_expect_bytes(&full_b[lc], B_BOX);
-                tma_box(smem + lc * STAGE, b_map, (chunk_begin + lc) * KC / 2, n0, &full_b[lc]);
-            }
-            griddep_wait();
-            asm volatile("fence.proxy.async.global;\n" ::: "memory");  // A's bulk copies read what the first grid wrote
-            for (int lc = 0; lc < first; ++lc) {
-                mbar_arrive_expect_bytes(&full_a[lc], A_CHUNK);  // all of it: with MC > 1 the peers copy the rest
-                copy_a(smem + lc * STAGE, a_tile, chunk_begin + lc, &full_a[lc], x, group_mask);
-            }
-            for (int lc = first; lc < chunks; ++lc) {
+            auto copy_b = [&](int lc) {
                 const int s = lc % STAGES;
-                mbar_wait(&empty[s], (lc / STAGES - 1) & 1);
                 mbar_arrive_expect_bytes(&full_b[s], B_BOX);
                 tma_box(smem + s * STAGE, b_map, (chunk_begin + lc) * KC / 2, n0, &full_b[s]);
-                mbar_arrive_expect_bytes(&full_a[s], A_CHUNK);
-                copy_a(smem + s * STAGE, a_tile, chunk_begin + lc, &full_a[s], x, group_mask);
+            };
+            auto copy_a_chunk = [&](int lc) {
+                const int s = lc % STAGES;
+                copy_a(smem + s * STAGE, a_tile, chunk_begin + lc, &full_a[s], x, group0);
+            };
+            const int first = min(STAGES, chunks);
+            for (int lc = 0; lc < first; ++lc) copy_b(lc);
+            griddep_wait();
+            asm volatile("fence.proxy.async.global;\n" ::: "memory");  // A's bulk copies read what the first grid wrote
+            for (int lc = 0; lc < first; ++lc) copy_a_chunk(lc);
+            for (int lc = first; lc < chunks; ++lc) {
+                mbar_wait(&empty[lc % STAGES], (lc / STAGES - 1) & 1);
+                copy_b(lc);
+                copy_a_chunk(lc);
             }
         }
         __syncwarp();
@@ -410,7 +411,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
                 wgmma_wait<0>();
                 wgmma_keep(part);
                 if (lc % CG == 0) add_partial(acc, part);
-                release_stage(&empty[(lc - 1) % STAGES], lane, split);
+                release_stage(&empty[(lc - 1) % STAGES], lane, group0);
             }
             mbar_wait(&full_a[s], (lc / STAGES) & 1);
             issue_block_mmas(part, smem_addr(op), smem_addr(smem + s * STAGE + B_BOX), b0, lc % CG != 0);
