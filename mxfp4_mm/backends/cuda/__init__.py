@@ -60,14 +60,11 @@ PIPE_MEMCHECKED = True
 # The pipe plans' tensor-map copy mode (`tma`): its GPU tests and tools/sanitize_kernels.py under
 # memcheck passed on an H200 (2026-12-05, notes/verification.md), so its twins are offered too.
 PIPE_TMA_MEMCHECKED = True
-# The fp8 plans (A to e4m3 once per call, then e4m3 wgmma over all of K or a split of it): their GPU
-# tests and tools/sanitize_kernels.py under memcheck passed on an H100 (2026-12-06, commit 546d38b,
-# notes/verification.md), but the kernel changed since (separate B / A stage barriers, M tiles), so
-# they are offered again once that is rerun.
-FP8_MEMCHECKED = False
-# Its later fields: consumer warpgroups (cg > 1), A shared by multicast (mc > 1) and several tiles
-# along M. Built and checked on the CPU only (2026-12-06): offered once their GPU tests and memcheck pass.
-FP8_FIELDS_MEMCHECKED = False
+# The fp8 plans (A to e4m3 once per call, then e4m3 wgmma over all of K or a split of it), with their
+# later fields (consumer warpgroups, A shared by multicast, tiles along M): their GPU tests and
+# tools/sanitize_kernels.py under memcheck passed (notes/verification.md), so the tuner is offered them.
+FP8_MEMCHECKED = True
+FP8_FIELDS_MEMCHECKED = True
 
 
 @functools.lru_cache(maxsize=256)

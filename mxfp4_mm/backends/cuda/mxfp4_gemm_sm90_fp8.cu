@@ -15,7 +15,7 @@
 //    a cluster and sum their partial tiles in rank order through distributed shared memory): a copy
 //    warp fills a ring of chunks (B codes through a tensor map with the 128-byte swizzle, A's e4m3 chunk by a
 //    bulk copy issued after griddepcontrol.wait, so B's first stages are in flight while A is
-//    quantized; with MC > 1, MC CTAs of neighbouring B tiles form a cluster along x and each copies
+//    quantized; the tile's row exponents come the same way, so only the copy warp waits for that grid; with MC > 1, MC CTAs of neighbouring B tiles form a cluster along x and each copies
 //    1/MC of every A chunk to all of them by multicast, so A leaves L2 once per MC tiles, and a
 //    stage is refilled once the consumers of all MC CTAs released it). CG consumer warpgroups each
 //    take NB / CG of a chunk's 32-value blocks: they convert those blocks' B codes to e4m3 in shared
@@ -320,8 +320,9 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
     extern __shared__ __align__(1024) u8 smem_raw[];
     // B's and A's parts of a stage land on separate barriers: B's conversion need not wait for A
     // (at the start A comes later: it waits for the quantization grid).
-    __shared__ u64 full_b[STAGES], full_a[STAGES], empty[STAGES], scales_landed;
-    __shared__ int b_max[BN], b_min[BN], a_shift[MP], inexact;
+    __shared__ u64 full_b[STAGES], full_a[STAGES], empty[STAGES], scales_landed, a_exp_landed;
+    __shared__ int b_max[BN], b_min[BN], inexact;
+    __shared__ __align__(16) int a_row_exp[MP];  // the tile's A row exponents (one bulk copy)
     // The 128-byte swizzle repeats every 1024 bytes from a 1024-byte aligned address: the launch adds
     // 1 KB of slack, and the ring starts at the first such address (static shared memory comes first).
     u8* const smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -341,6 +342,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             mbar_init(&empty[s], EMPTY_ARRIVALS);
         }
         mbar_init(&scales_landed, 1);
+        mbar_init(&a_exp_landed, 1);
         mbar_init_fence();
         inexact = 0;
     }
@@ -376,6 +378,10 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             griddep_wait();
             asm volatile("fence.proxy.async.global;\n" ::: "memory");  // A's bulk copies read what the first grid wrote
             for (int lc = 0; lc < first; ++lc) copy_a_chunk(lc);
+            // the tile's row exponents, read by the consumers only in the epilogue: they never wait
+            // for the quantization grid themselves
+            mbar_arrive_expect_bytes(&a_exp_landed, MP * 4);
+            bulk_copy(a_row_exp, a_exp + m0, MP * 4, &a_exp_landed);
             for (int lc = first; lc < chunks; ++lc) {
                 mbar_wait(&empty[lc % STAGES], (lc / STAGES - 1) & 1);
                 copy_b(lc);
@@ -387,12 +393,6 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
         const int t = tid, wg = warp / 4, wt = t % WG, b0 = wg * WG_BLOCKS;
         mbar_wait(&scales_landed, 0);
         if (wg == 0) scale_range(scales, b_max, b_min, wt);
-        griddep_wait();
-        for (int m = t; m < MP; m += CONSUMERS) {
-            const int e = a_exp[m0 + m];
-            if (e == ROW_INEXACT && m0 + m < m_size) inexact = 1;
-            a_shift[m] = e - 6;
-        }
         consumers_sync();
         if (t < BN && n0 + t < GN) {
             const int hi = b_max[t], lo = b_min[t];
@@ -419,7 +419,12 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
         wgmma_wait<0>();
         wgmma_keep(part);
         add_partial(acc, part);
-        consumers_sync();  // every chunk landed and was read: the ring becomes the partial tile
+        mbar_wait(&a_exp_landed, 0);  // landed long ago: the copy warp issued it before the ring's refills
+        for (int m = t; m < MP; m += CONSUMERS) {
+            const int e = a_row_exp[m];
+            if (e == ROW_INEXACT && m0 + m < m_size) inexact = 1;
+        }
+        consumers_sync();  // every chunk landed and was read: the ring becomes the partial tile; verdicts in
 
         if (inexact) {
             exact_partial(a + (size_t)m0 * GK, b_q, b_scale_sh, part_tile, n0, chunk_begin * NB,
@@ -429,7 +434,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             // (+1 odd q); the row exponents scale it exactly (a power of two), so the warpgroups' and
             // the splits' partials share their units. Warpgroup 0 stores, the others add in order.
             const int r = 16 * (warp % 4) + (lane >> 2), m_pair = 2 * (lane & 3);
-            const int br0 = b_max[r] - 133, br1 = b_max[r + 8] - 133;
+            const int br0 = b_max[r] - 139, br1 = b_max[r + 8] - 139;  // 127 bias + 6 (B) + 6 (A)
 #pragma unroll 1
             for (int g = 0; g < CG; ++g) {
                 if (wg == g) {
@@ -437,10 +442,10 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
                     for (int j = 0; j < MP / 8; ++j) {
                         const int m = 8 * j + m_pair;
                         float* p = part_tile + m * P_STRIDE + r;
-                        const float v[4] = {acc[j][0] * pow2_exact(a_shift[m] + br0),
-                                            acc[j][1] * pow2_exact(a_shift[m + 1] + br0),
-                                            acc[j][2] * pow2_exact(a_shift[m] + br1),
-                                            acc[j][3] * pow2_exact(a_shift[m + 1] + br1)};
+                        const float v[4] = {acc[j][0] * pow2_exact(a_row_exp[m] + br0),
+                                            acc[j][1] * pow2_exact(a_row_exp[m + 1] + br0),
+                                            acc[j][2] * pow2_exact(a_row_exp[m] + br1),
+                                            acc[j][3] * pow2_exact(a_row_exp[m + 1] + br1)};
                         p[0] = g ? p[0] + v[0] : v[0];
                         p[P_STRIDE] = g ? p[P_STRIDE] + v[1] : v[1];
                         p[8] = g ? p[8] + v[2] : v[2];
