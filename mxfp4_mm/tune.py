@@ -19,6 +19,7 @@ import datetime
 import importlib
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from .tuning import tuner
 # each backend's plan table: `plans.py` in the backend's room, data and the rules beside it
 TABLE_MODULES = {name: f"mxfp4_mm.backends.{name}.plans" for name in ("cuda", "triton", "hip")}
 BEGIN, END = "# BEGIN PLANS", "# END PLANS"
+STAMP_PREFIX = "# measured by python -m mxfp4_mm.tune on "
 TASK_SHAPES = {"tests": bench.TEST_SHAPES, "benchmarks": bench.BENCHMARK_SHAPES}
 
 
@@ -101,7 +103,25 @@ def replace_plans_text(text: str, rendered: str) -> str:
     if node is None:
         raise ValueError("no PLANS assignment found")
     lines = text.splitlines(keepends=True)
-    return "".join(lines[:node.lineno - 1]) + rendered + "\n" + "".join(lines[node.end_lineno:])
+    start = node.lineno - 1
+    while start > 0 and lines[start - 1].startswith(STAMP_PREFIX):  # the previous write's stamp
+        start -= 1
+    return "".join(lines[:start]) + rendered + "\n" + "".join(lines[node.end_lineno:])
+
+
+def entry_notes(text: str, arch=None) -> dict:
+    """{shape: note} of the table's entry lines (`    (m, n, k): plan,  # note`), in `arch`'s table
+    when the table is keyed by arch: a rewrite keeps the notes of the entries it does not touch."""
+    notes, current = {}, None
+    for line in text.splitlines():
+        opened = re.match(r"^    '([^']+)': \{$", line)
+        if opened:
+            current = opened.group(1)
+            continue
+        entry = re.match(r"^\s+\((\d+), (\d+), (\d+)\): .*,  # (.*)$", line)
+        if entry and current == arch:
+            notes[tuple(int(v) for v in entry.groups()[:3])] = entry.group(4)
+    return notes
 
 
 def _plans_assignment(text: str):
@@ -134,6 +154,7 @@ def write_table(backend, chosen, notes, header_lines, arch=None, path=None):
     as_tuple = all(map(_is_plain_tuple, existing)) if existing else not hasattr(module, "Plan")
     path = path or table_path(backend)
     text = path.read_text()
+    notes = {**entry_notes(text, arch if by_arch else None), **notes}
     keep = {a: source for a, source in computed_arch_tables(text).items() if a != arch} if by_arch else {}
     rendered = render_plans(plans, notes, as_tuple, header_lines, noted_arch=arch, verbatim=keep)
     path.write_text(replace_plans_text(text, rendered))
@@ -259,14 +280,15 @@ def tune_shapes(shapes, backends, reps, pool, device, progress=sys.stderr):
 
 def write_measured(chosen, device):
     from .dispatch import kernel_arch
-    stamp = (f"measured by python -m mxfp4_mm.tune on {bench.device_description(device)}, "
-             f"torch {torch.__version__}, {datetime.date.today().isoformat()}")
+    stamp = (f"{STAMP_PREFIX[2:]}{bench.device_description(device)}, "
+             f"torch {torch.__version__}, {datetime.date.today().isoformat()} (or as an entry notes)")
+    where = f"{bench.device_description(device)}, {datetime.date.today().isoformat()}"
     written = []
     for backend, per_shape in chosen.items():
         if backend not in TABLE_MODULES:
             continue
         plans = {shape: plan for shape, (plan, _) in per_shape.items()}
-        notes = {shape: f"{us:.2f} us" for shape, (_, us) in per_shape.items()}
+        notes = {shape: f"{us:.2f} us, {where}" for shape, (_, us) in per_shape.items()}
         written.append(write_table(backend, plans, notes, [stamp], arch=kernel_arch(device)))
     return written
 

@@ -292,6 +292,28 @@ def test_table_writer_merges_one_shape_and_keeps_the_rest(tmp_path, backend, arc
         assert "'gfx950': {shape: tuple(_gfx950_prior(shape)) for shape in AITER_CONFIGS}," in text
 
 
+@pytest.mark.parametrize("backend, arch", [("cuda", None), ("triton", "sm_90")])
+def test_a_second_write_keeps_the_other_entries_notes_and_one_stamp(tmp_path, backend, arch):
+    """Shapes tuned one process at a time: each write keeps the notes of the entries it does not
+    touch, and the table carries only the latest stamp."""
+    from mxfp4_mm import tune
+    import importlib
+    table = importlib.import_module(tune.TABLE_MODULES[backend]).PLANS
+    table = table[arch] if arch else table
+    (first, plan_a), (second, plan_b) = list(table.items())[:2]
+    path = tmp_path / f"{backend}_plans_twice.py"
+    path.write_text(tune.table_path(backend).read_text())
+    stamp = tune.STAMP_PREFIX[2:]
+    tune.write_table(backend, {first: plan_a}, {first: "1.11 us, device A"}, [stamp + "A"], arch=arch, path=path)
+    tune.write_table(backend, {second: plan_b}, {second: "2.22 us, device B"}, [stamp + "B"], arch=arch, path=path)
+    text = path.read_text()
+    assert text.count(tune.STAMP_PREFIX) == 1 and (tune.STAMP_PREFIX + "B") in text
+    assert tune.entry_notes(text, arch)[first] == "1.11 us, device A"
+    assert tune.entry_notes(text, arch)[second] == "2.22 us, device B"
+    written = _load_table(path, f"{backend}_plans_twice").PLANS
+    assert tuple((written[arch] if arch else written)[first]) == tuple(plan_a)
+
+
 def test_static_hip_table_is_the_rule_with_its_model(tmp_path):
     from mxfp4_mm import tune
     path = tmp_path / "hip_plans.py"

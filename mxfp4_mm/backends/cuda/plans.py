@@ -9,7 +9,7 @@ A kernel build serves every M (M is a launch argument), and plans are picked per
 (`m_class`): the listed plan of the shape, else the listed plan of its M class, else `general_plan`
 for the class, so a caller whose batch size varies builds one kernel per class.
 
-Regenerate on an H200 (rewrites PLANS below):  python3 -m mxfp4_mm.tune --write
+Regenerate on an H200 or H100 (rewrites PLANS below):  python3 -m mxfp4_mm.tune --write
 """
 
 import collections
@@ -56,18 +56,18 @@ PIPE_BMS = (16, 32, 64, 128, 256)  # the wgmma n sizes of the "SS" wrappers in w
 PIPE_KCS = (64, 128)
 PIPE_MAX_STAGES = 16
 
-# measured by python -m mxfp4_mm.tune on NVIDIA H200, torch 2.11.0+cu130, 2026-12-05
+# measured by python -m mxfp4_mm.tune on NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, 2026-12-06 (or as an entry notes)
 PLANS = {
-    (4, 2880, 512): (8, 3, 1, 4, 1, 4, 0),
-    (8, 2112, 7168): (8, 3, 3, 4, 8),
-    (16, 2112, 7168): (16, 6, 2, 2, 8, 1, 2),
-    (16, 3072, 1536): (16, 4, 2, 2, 4),
-    (32, 2880, 512): (16, 3, 1, 4, 1, 4, 0),
-    (32, 4096, 512): (16, 2, 2, 4, 1, 2, 0),
-    (64, 3072, 1536): (64, 4, 1, 2, 4),
-    (64, 7168, 2048): (64, 8, 1, 1, 2, 4, 0),
-    (256, 2880, 512): (64, 3, 2, 2, 2),
-    (256, 3072, 1536): ("dq",),  # 15.41 us
+    (4, 2880, 512): (8, 3, 1, 4, 1, 4, 0),  # NVIDIA H200, 2026-12-05
+    (8, 2112, 7168): (8, 3, 3, 4, 8),  # NVIDIA H200, 2026-12-05
+    (16, 2112, 7168): ('f8', 16, 4, 4),  # 15.39 us, NVIDIA H100 80GB HBM3, 2026-12-06
+    (16, 3072, 1536): (16, 4, 2, 2, 4),  # NVIDIA H200, 2026-12-05
+    (32, 2880, 512): (16, 3, 1, 4, 1, 4, 0),  # NVIDIA H200, 2026-12-05
+    (32, 4096, 512): (16, 2, 2, 4, 1, 2, 0),  # NVIDIA H200, 2026-12-05
+    (64, 3072, 1536): (64, 4, 1, 2, 4),  # NVIDIA H200, 2026-12-05
+    (64, 7168, 2048): ('f8', 64, 4, 1, 2),  # 14.82 us, NVIDIA H100 80GB HBM3, 2026-12-06
+    (256, 2880, 512): (64, 3, 2, 2, 2),  # NVIDIA H200, 2026-12-05
+    (256, 3072, 1536): ('f8', 128, 4),  # 14.72 us, NVIDIA H100 80GB HBM3, 2026-12-06
 }
 
 
