@@ -161,7 +161,8 @@ def test_fp8_plans_of_the_benchmark_shapes_fit():
         assert cuda_plans.grid(m, n, plan) == (-(-n // 64), 1, 1)
         for split in cuda_plans.fp8_plans(m, n, k):
             assert cuda_plans.is_valid(m, n, k, split)
-            assert cuda_plans.grid(m, n, split)[0] * split.split_k <= 132 or split.split_k == 1
+            ctas = cuda_plans.grid(m, n, split)[0] * split.split_k
+            assert ctas <= 132 or split.split_k == 1 or (ctas <= 2 * 132 and split == cuda_plans.fp8_paired_plan(m, n, k))
 
 
 def test_fp8_validity_rules():
@@ -226,21 +227,29 @@ def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
         monkeypatch.setattr(cuda, "FP8_MEMCHECKED", True)
         monkeypatch.setattr(cuda, "FP8_FIELDS_MEMCHECKED", False)  # one warpgroup, no multicast, one M tile
         offered = [p for p in cuda.candidates(64, 7168, 2048, "cuda") if isinstance(p, Fp8Plan)]
-        assert offered == [cuda_plans.fp8_plan(64, 2048), cuda_plans.fp8_plan(64, 2048)._replace(stages=4)]
+        paired = Fp8Plan(FP8, 64, 2, 2)  # two CTAs an SM: split 2 of 112 tiles, 2 stages, one warpgroup
+        assert offered == [cuda_plans.fp8_plan(64, 2048), cuda_plans.fp8_plan(64, 2048)._replace(stages=4), paired]
         assert not any(isinstance(p, Fp8Plan) for p in cuda.candidates(256, 3072, 1536, "cuda"))
         monkeypatch.setattr(cuda, "FP8_FIELDS_MEMCHECKED", True)
+        monkeypatch.setattr(cuda, "FP8_MEMCHECKED_MAX_SPLIT", 4)  # clusters of 5-8 along K: not yet
+        cuda._candidates.cache_clear()
+        assert max(p.split_k for p in cuda.candidates(16, 2112, 7168, "cuda") if isinstance(p, Fp8Plan)) == 4
+        monkeypatch.setattr(cuda, "FP8_MEMCHECKED_MAX_SPLIT", 8)
+        cuda._candidates.cache_clear()
         offered = [p for p in cuda.candidates(64, 7168, 2048, "cuda") if isinstance(p, Fp8Plan)]
         deepest = cuda_plans.fp8_plan(64, 2048, 1, 2)
         # 112 tiles: no split keeps a CTA per SM
         variants = [dict(cg=4), dict(cg=1), dict(stages=4), dict(cg=1, stages=4),
                     dict(mc=4), dict(cg=4, mc=4), dict(mc=2), dict(cg=4, mc=2)]
-        assert offered == [deepest] + [deepest._replace(**fields) for fields in variants]
+        assert offered == [deepest] + [deepest._replace(**fields) for fields in variants] + [paired]
         offered = [p for p in cuda.candidates(16, 2112, 7168, "cuda") if isinstance(p, Fp8Plan)]
-        assert [p.split_k for p in offered] == [1] * 5 + [4] * 5 + [3] * 2  # 33 tiles x 4 <= 132; the limit
-        assert [p.cg for p in offered] == [2, 4, 1, 2, 1] * 2 + [2, 4]
+        # 33 tiles x 4 <= 132, then the limit; two CTAs an SM: 33 x 8 <= 264, a 2-stage ring
+        assert [p.split_k for p in offered] == [1] * 5 + [8] + [4] * 5 + [3]
+        assert [p.cg for p in offered] == [2, 4, 1, 2, 1] + [1] + [2, 4, 1, 2, 1] + [2]
         assert [p.stages == 4 for p in offered[:5]] == [False, False, False, True, True]
+        assert offered[5] == Fp8Plan(FP8, 16, 2, 8)
         offered = [p for p in cuda.candidates(256, 3072, 1536, "cuda") if isinstance(p, Fp8Plan)]
-        # 96 tiles; cg 4: registers
+        # 96 tiles; cg 4: registers; two 128-row CTAs do not fit an SM
         assert [(p.mp, p.split_k, p.cg, p.mc) for p in offered] == [(128, 1, 2, 1), (128, 1, 1, 1), (128, 1, 2, 4),
                                                                      (128, 1, 2, 2)]
     finally:

@@ -117,7 +117,8 @@ def test_table_entries_of_either_plan_type_round_trip(monkeypatch):
     monkeypatch.setitem(cuda_plans.PLANS, (256, 3072, 1536), entry)
     assert cuda_plans.table_plan(256, 3072, 1536) == pipe(128, 256, 4)
     assert cuda_plans.table_plan(200, 3072, 1536) == pipe(128, 256, 4)  # same M class
-    assert cuda_plans.table_plan(64, 7168, 2048) == cuda_plans.Plan(*cuda_plans.PLANS[(64, 7168, 2048)])
+    listed = cuda_plans.PLANS[(64, 7168, 2048)]
+    assert cuda_plans.table_plan(64, 7168, 2048) == cuda_plans.plan_from_fields(listed)
 
 
 def test_pipe_labels_are_unique_and_distinct_from_mma_sync_labels():
@@ -145,11 +146,14 @@ def test_candidates_put_pipe_plans_last_once_memchecked(shape, h200, monkeypatch
     pipes = [p for p in plans if isinstance(p, PipePlan)]
     assert plans[0] == cuda_plans.plan_for_shape(*shape)
     assert pipes == cuda_plans.pipe_plans(*shape, 132, cuda.PIPE_CANDIDATES, cuda.PIPE_TMA_MEMCHECKED) == plans[len(plans) - len(pipes):]
-    fp8 = [p for p in plans if isinstance(p, cuda_plans.Fp8Plan)]  # sm_90 only too, before the pipe plans
+    # the fp8 plans offered (sm_90 only too, before the pipe plans), after the table's plan, which may be one
+    fp8 = [p for p in plans[1:] if isinstance(p, cuda_plans.Fp8Plan)]
     fields = cuda.FP8_FIELDS_MEMCHECKED  # else one warpgroup, no multicast, one M tile
     assert fp8 == [p for p in cuda_plans.fp8_plans(*shape, 132) if p != plans[0] and cuda.FP8_MEMCHECKED
-                   and (fields or (p.cg == 1 and p.mc == 1 and shape[0] <= p.mp))]
-    assert [p for p in plans if not isinstance(p, (PipePlan, cuda_plans.Fp8Plan))] == without
+                   and (fields or (p.cg == 1 and p.mc == 1 and shape[0] <= p.mp))
+                   and p.split_k <= cuda.FP8_MEMCHECKED_MAX_SPLIT]
+    assert without[0] == plans[0]
+    assert [p for p in plans[1:] if not isinstance(p, (PipePlan, cuda_plans.Fp8Plan))] == without[1:]
     assert len({cuda.plan_label(p) for p in plans}) == len(plans)
 
 
