@@ -366,6 +366,17 @@ def test_short_rings(stages):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(16, 2112, 7168), (8, 2112, 7168), (5, 48, 2560), (64, 3072, 1536), (17, 256, 768)])
+def test_two_ctas_an_sm(shape):
+    """The paired plan: a 2-stage ring, one warpgroup, splits up to 8 (clusters of 8 along K)."""
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    plan = cuda_plans.fp8_paired_plan(*shape)
+    assert plan is not None and plan.stages == 2 and plan.cg == 1
+    _check(*shape, plan, seed=sum(shape))
+
+
+@pytest.mark.gpu
 def test_fresh_outputs_and_fresh_data():
     if not _sm90():
         pytest.skip("needs sm_90 (wgmma)")

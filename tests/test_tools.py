@@ -88,3 +88,29 @@ def test_sass_diff_tells_identical_builds_from_changed_ones(tmp_path):
     assert old == new and len(old) > 200
     (_, _, _, old, new), = sass_diff.compare_builds(before, after, [("mxfp4_gemm_sm90_pipe.cu", options, "sm_90a")], jobs=1)
     assert old != new
+
+
+def _tool_module(name):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"tool_{name}", ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_verify_gpu_memchecks_the_fp8_plans_on_their_own_shapes(tmp_path):
+    """The fp8 plans' fields (multicast, M tiles, splits up to 8) need shapes the odd shapes do not
+    reach: a phase of their own, on NVIDIA only, under memcheck."""
+    verify = _tool_module("verify_gpu")
+    sanitize = _tool_module("sanitize_kernels")
+    commands = verify.phase_commands(tmp_path, Path("compute-sanitizer"), "nvidia")
+    command, env = commands["memcheck-fp8"]
+    assert command[:3] == ["compute-sanitizer", "--tool", "memcheck"] and "--shapes" in command
+    assert command[command.index("--shapes") + 1] == "fp8" and env["PYTORCH_NO_CUDA_MEMORY_CACHING"] == "1"
+    assert set(commands) == set(verify.PHASES) == set(verify.LIMITS_S)
+    assert verify.phase_commands(tmp_path, Path("compute-sanitizer"), "rocm")["memcheck-fp8"].startswith("skipped")
+    from mxfp4_mm.backends.cuda import plans as cuda_plans
+    offered = [p for shape in sanitize.FP8_SHAPES for p in cuda_plans.fp8_plans(*shape)]
+    assert {p.mc for p in offered} == {1, 2, 4} and {p.cg for p in offered} == {1, 2, 4}
+    assert max(p.split_k for p in offered) == 8 and any(cuda_plans.fp8_m_tiles(130, p) == 2 for p in offered)
+    assert cuda_plans.fp8_paired_plan(5, 48, 2560) in offered

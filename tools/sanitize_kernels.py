@@ -7,6 +7,7 @@ tiles), N = 16, 48 (partial N tiles), K % 128 == 64 (a partial K chunk).
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 \\
         python3 tools/sanitize_kernels.py [--backends cuda,hip,triton] [--shapes "1,16,192;17,48,576"]
     python3 tools/sanitize_kernels.py --list      # the plans it would run, without running them
+    ... tools/sanitize_kernels.py --backends cuda --label-prefix f8 --shapes fp8   # the fp8 plans' fields
 
 Per backend and shape it runs every plan of `backend.candidates(m, n, k, device)` when the
 backend has that function (else the default runner), the cuda table's plans that fit the shape,
@@ -29,6 +30,10 @@ from mxfp4_mm import bench  # noqa: E402
 # Partial M and N tiles and a partial K chunk; the last two have K % 512 == 0 and N % 32 == 0, where
 # the Triton kernel's chunked B layouts ("vector", "shuffled") apply.
 ODD_SHAPES = [(1, 16, 192), (3, 48, 64), (17, 16, 320), (17, 48, 576), (3, 96, 512), (17, 160, 1024)]
+# The cuda fp8 plans want K % 256 == 0 and reach their fields only on wider shapes: 4 B tiles (multicast
+# groups of 2 and 4), two M tiles of 128 (a partial one), splits 2-4, and one B tile over 10 chunks
+# (splits 6-8, the two-CTAs-an-SM plan).
+FP8_SHAPES = [(17, 256, 768), (130, 128, 512), (5, 2112, 1024), (5, 48, 2560), (130, 256, 768)]
 BACKENDS = ("cuda", "hip", "triton")
 
 
@@ -110,7 +115,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated, from cuda,hip,triton")
     parser.add_argument("--shapes", default=";".join(",".join(map(str, s)) for s in ODD_SHAPES),
-                        help="'m,n,k;m,n,k' (default: the odd shapes)")
+                        help="'m,n,k;m,n,k', or 'fp8' for the fp8 plans' shapes (default: the odd shapes)")
     parser.add_argument("--max-plans", type=int, default=0, help="at most this many plans per backend and shape (0: all)")
     parser.add_argument("--label-prefix", default="", help="only plans whose label starts with this (e.g. 'p.': cuda's pipe plans)")
     parser.add_argument("--label-suffix", default="", help="only plans whose label ends with this (e.g. '.emu')")
@@ -124,7 +129,7 @@ def main(argv=None):
     failures = 0
     for name in args.backends.split(","):
         module = dispatch.load_backend(name)
-        for m, n, k in parse_shapes(args.shapes):
+        for m, n, k in FP8_SHAPES if args.shapes == "fp8" else parse_shapes(args.shapes):
             plans, make = plans_for(name, module, m, n, k, device)
             plans = [plan for plan in plans if label(module, plan).startswith(args.label_prefix)
                      and label(module, plan).endswith(args.label_suffix)]

@@ -1,6 +1,6 @@
 """Verify a GPU machine end to end (NVIDIA or AMD), with every log in one folder.
 
-    python3 tools/verify_gpu.py                                   # every phase, ~9 min on an H200
+    python3 tools/verify_gpu.py                                   # every phase, ~10 min on an H200
     python3 tools/verify_gpu.py --only tests,eval                 # some phases
     python3 tools/verify_gpu.py --out DIR --sanitizer nvidia_cuda_sanitizer_api-13.0.85-...whl
 
@@ -12,6 +12,8 @@ Phases, in this order (each one time-limited; a failing phase does not stop the 
   bench         python3 -m mxfp4_mm.bench (JSON + PNG land in the log folder)
   memcheck      NVIDIA only: every kernel (HIP ones through their emulation) on odd shapes under
                 compute-sanitizer memcheck (tools/sanitize_kernels.py)
+  memcheck-fp8  NVIDIA only: the cuda fp8 plans on the shapes that reach their fields (multicast,
+                M tiles, splits up to 8: sanitize_kernels.py --shapes fp8), under memcheck
   racecheck     NVIDIA only: the same under racecheck (fewer plans per shape: it is slow)
 
 compute-sanitizer comes from --sanitizer (the `nvidia-cuda-sanitizer-api` wheel file, which is
@@ -35,8 +37,8 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PHASES = ("contract-hip", "tests", "eval", "bench", "memcheck", "racecheck")
-LIMITS_S = {"contract-hip": 240, "tests": 180, "eval": 90, "bench": 110, "memcheck": 90, "racecheck": 60}
+PHASES = ("contract-hip", "tests", "eval", "bench", "memcheck", "memcheck-fp8", "racecheck")
+LIMITS_S = {"contract-hip": 240, "tests": 180, "eval": 90, "bench": 110, "memcheck": 90, "memcheck-fp8": 120, "racecheck": 60}
 SANITIZER_IN_WHEEL = ("nvidia/cu13/bin/compute-sanitizer", "nvidia/cu13/compute-sanitizer/compute-sanitizer")
 
 
@@ -131,14 +133,16 @@ def phase_commands(out, sanitizer, vendor):
     }
     if vendor != "rocm":
         commands["contract-hip"] = "skipped: ROCm only"
-    for tool, extra in (("memcheck", []), ("racecheck", ["--max-plans", "2"])):
+    fp8 = ["--backends", "cuda", "--label-prefix", "f8", "--shapes", "fp8"]
+    for phase, tool, extra in (("memcheck", "memcheck", []), ("memcheck-fp8", "memcheck", fp8),
+                               ("racecheck", "racecheck", ["--max-plans", "2"])):
         if vendor != "nvidia":
-            commands[tool] = "skipped: NVIDIA only"
+            commands[phase] = "skipped: NVIDIA only"
         elif sanitizer is None:
-            commands[tool] = "skipped: no compute-sanitizer (pass --sanitizer WHEEL_OR_BINARY)"
+            commands[phase] = "skipped: no compute-sanitizer (pass --sanitizer WHEEL_OR_BINARY)"
         else:  # no caching allocator: an overrun past a tensor must not land inside torch's pool
-            commands[tool] = ([str(sanitizer), "--tool", tool, "--error-exitcode", "1", py,
-                               "tools/sanitize_kernels.py"] + extra, {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+            commands[phase] = ([str(sanitizer), "--tool", tool, "--error-exitcode", "1", py,
+                                "tools/sanitize_kernels.py"] + extra, {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
     return commands
 
 
