@@ -16,7 +16,7 @@ import collections
 
 MAX_SMEM = 227 * 1024
 SM_SMEM = 228 * 1024  # shared memory of an SM (sm_90), for CTAs that share one
-SMEM_RESERVED_PER_CTA = 1024  # the driver's share of each resident CTA's
+SMEM_RESERVED_PER_CTA = 1024  # shared memory the driver keeps for each resident CTA
 
 # bm: rows of M per CTA; wn: warps along N; nt: 16-row N tiles per warp; wk: warps along K;
 # split_k: CTAs along K (one cluster); cn: neighbouring N tiles quantizing A together (when > 1;
@@ -149,10 +149,12 @@ def fp8_paired_plan(m: int, n: int, k: int, compute_units: int = 132):
     plan at 16x2112x7168 (split 8, H100, 2026-12-06); None where two do not fit."""
     tiles = -(-n // FP8_BN) * -(-m // fp8_mp(m))
     splits = [s for s in range(1, min(8, k // FP8_KC) + 1) if tiles * s <= 2 * compute_units]
-    plan = fp8_plan(m, k, splits[-1], 1)._replace(stages=2) if splits and fp8_plan(m, k, splits[-1], 1) else None
-    if plan is None or 2 * (fp8_smem_bytes(k, plan) + FP8_STATIC_SMEM + SMEM_RESERVED_PER_CTA) > SM_SMEM:
+    deepest = fp8_plan(m, k, splits[-1], 1) if splits else None
+    if deepest is None:
         return None
-    return plan
+    plan = deepest._replace(stages=2)
+    fits_two = 2 * (fp8_smem_bytes(k, plan) + FP8_STATIC_SMEM + SMEM_RESERVED_PER_CTA) <= SM_SMEM
+    return plan if fits_two else None
 
 
 def fp8_is_valid(m: int, n: int, k: int, plan) -> bool:
