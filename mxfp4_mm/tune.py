@@ -31,7 +31,8 @@ from .tuning import tuner
 # each backend's plan table: `plans.py` in the backend's room, data and the rules beside it
 TABLE_MODULES = {name: f"mxfp4_mm.backends.{name}.plans" for name in ("cuda", "triton", "hip")}
 BEGIN, END = "# BEGIN PLANS", "# END PLANS"
-STAMP_PREFIX = "# measured by python -m mxfp4_mm.tune on "
+STAMP = "measured by python -m mxfp4_mm.tune on "
+STAMP_PREFIX = "# " + STAMP  # the stamp's line in a table, which a rewrite replaces
 TASK_SHAPES = {"tests": bench.TEST_SHAPES, "benchmarks": bench.BENCHMARK_SHAPES}
 
 
@@ -280,9 +281,9 @@ def tune_shapes(shapes, backends, reps, pool, device, progress=sys.stderr):
 
 def write_measured(chosen, device):
     from .dispatch import kernel_arch
-    stamp = (f"{STAMP_PREFIX[2:]}{bench.device_description(device)}, "
-             f"torch {torch.__version__}, {datetime.date.today().isoformat()} (or as an entry notes)")
-    where = f"{bench.device_description(device)}, {datetime.date.today().isoformat()}"
+    device_name, today = bench.device_description(device), datetime.date.today().isoformat()
+    stamp = f"{STAMP}{device_name}, torch {torch.__version__}, {today} (or as an entry notes)"
+    where = f"{device_name}, {today}"
     written = []
     for backend, per_shape in chosen.items():
         if backend not in TABLE_MODULES:

@@ -303,7 +303,7 @@ def test_a_second_write_keeps_the_other_entries_notes_and_one_stamp(tmp_path, ba
     (first, plan_a), (second, plan_b) = list(table.items())[:2]
     path = tmp_path / f"{backend}_plans_twice.py"
     path.write_text(tune.table_path(backend).read_text())
-    stamp = tune.STAMP_PREFIX[2:]
+    stamp = tune.STAMP
     tune.write_table(backend, {first: plan_a}, {first: "1.11 us, device A"}, [stamp + "A"], arch=arch, path=path)
     tune.write_table(backend, {second: plan_b}, {second: "2.22 us, device B"}, [stamp + "B"], arch=arch, path=path)
     text = path.read_text()

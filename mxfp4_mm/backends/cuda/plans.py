@@ -97,6 +97,11 @@ def fp8_m_tiles(m: int, plan) -> int:
     return -(-m // plan.mp)
 
 
+def fp8_tiles(m: int, n: int) -> int:
+    """CTAs of one K range at M's mp: B tiles x M tiles."""
+    return -(-n // FP8_BN) * -(-m // fp8_mp(m))
+
+
 def fp8_mp(m: int) -> int:
     """Rows of A per CTA for M: its class, up to the widest e4m3 wgmma (128; larger M takes tiles)."""
     return min(m_class(m), FP8_MPS[-1])
@@ -130,7 +135,7 @@ def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12)
     After the unsplit plans, one plan with two CTAs an SM (`fp8_paired_plan`)."""
     if k % FP8_KC:
         return []
-    tiles = -(-n // FP8_BN) * -(-m // fp8_mp(m))
+    tiles = fp8_tiles(m, n)
     splits = [s for s in range(2, min(8, k // FP8_KC) + 1) if tiles * s <= compute_units][-3:]
     plans = []
     for split in [1] + splits[::-1]:
@@ -147,7 +152,7 @@ def fp8_paired_plan(m: int, n: int, k: int, compute_units: int = 132):
     """The largest split whose CTAs fit two an SM (a 2-stage ring, one warpgroup): twice the warps a
     scheduler to hide the chunk loop's latencies. 14.70 against 15.47 us for the best one-CTA-an-SM
     plan at 16x2112x7168 (split 8, H100, 2026-12-06); None where two do not fit."""
-    tiles = -(-n // FP8_BN) * -(-m // fp8_mp(m))
+    tiles = fp8_tiles(m, n)
     splits = [s for s in range(1, min(8, k // FP8_KC) + 1) if tiles * s <= 2 * compute_units]
     deepest = fp8_plan(m, k, splits[-1], 1) if splits else None
     if deepest is None:
