@@ -412,3 +412,10 @@ def test_bench_takes_every_ratio_to_the_memory_floor(tmp_path, monkeypatch):
     assert rows[floor_kernels.PATH]["ratio_to_floor"] == 1.0
     torch_ratio = rows["torch"]["median_us"] / rows[floor_kernels.PATH]["median_us"]
     assert rows["torch"]["ratio_to_floor"] == pytest.approx(torch_ratio)
+
+
+def test_a_tensor_map_is_encoded_again_only_when_its_address_changes():
+    encoded = []
+    lookup = cuda._map_of_last_address(lambda address: encoded.append(address) or f"map of {address}")
+    assert [lookup(a) for a in (16, 16, 32, 32, 16)] == ["map of 16", "map of 16", "map of 32", "map of 32", "map of 16"]
+    assert encoded == [16, 32, 16]

@@ -204,18 +204,39 @@ def make_launcher(m: int, n: int, k: int, device: torch.device, plan):
     return run
 
 
+def _map_of_last_address(encode):
+    """lookup(address) -> encode(address), encoded again only when the address changes. For B's maps:
+    the same weights come call after call, and a map holds only an address and the runner's fixed
+    geometry, never data. The launcher copies a map into its own arguments, so threads may share it;
+    (address, map) is replaced as one tuple, so a racing thread at worst encodes it once more."""
+    last = (None, None)
+
+    def lookup(address):
+        nonlocal last
+        known, tensor_map = last
+        if known != address:
+            tensor_map = encode(address)
+            last = (address, tensor_map)
+        return tensor_map
+
+    return lookup
+
+
 def _tma_launcher(m, n, k, device, plan, launch, dims, block, shared):
-    """launch(a, b_q, b_scale_sh, out) of a pipe plan with tensor-map copies: the three maps are
-    encoded per call (they hold the tensors' addresses; host work only, fresh maps so that calls
-    from several threads do not share them), boxes as the kernel's stage layout reads them."""
+    """launch(a, b_q, b_scale_sh, out) of a pipe plan with tensor-map copies: A's map is encoded per
+    call (host work only; A is new every call), B's two as their addresses change; boxes as the
+    kernel's stage layout reads them."""
     scale_cols = (k // 32 + 7) // 8 * 8
+    b_map_of = _map_of_last_address(
+        lambda address: runtime.tensor_map_2d(device, address, 1, n, k // 2, k // 2, plan.bn, 16))
+    s_map_of = _map_of_last_address(
+        lambda address: runtime.tensor_map_2d(device, address, 1, -(-n // 32), scale_cols * 32, scale_cols * 32,
+                                              plan.bn // 32, plan.kc // 32 * 64))
 
     def run(a, b_q, b_scale_sh, out):
         a_map = runtime.tensor_map_2d(device, a.data_ptr(), 2, m, k, 2 * k, plan.bm, 8)
-        b_map = runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, plan.bn, 16)
-        s_map = runtime.tensor_map_2d(device, b_scale_sh.data_ptr(), 1, -(-n // 32), scale_cols * 32, scale_cols * 32,
-                                      plan.bn // 32, plan.kc // 32 * 64)
-        launch(dims, block, shared, a, b_q, b_scale_sh, out, m, a_map, b_map, s_map)
+        launch(dims, block, shared, a, b_q, b_scale_sh, out, m, a_map, b_map_of(b_q.data_ptr()),
+               s_map_of(b_scale_sh.data_ptr()))
 
     return run
 
@@ -223,7 +244,8 @@ def _tma_launcher(m, n, k, device, plan, launch, dims, block, shared):
 def _fp8_launcher(m, n, k, device, plan):
     """launch(a, b_q, b_scale_sh, out) of an fp8 plan: A's e4m3 chunks and row exponents in a buffer
     of this call, the quantization kernel, then the GEMM as its programmatic dependent (it starts
-    copying B while A is quantized); B's tensor map (128-byte swizzle) is encoded per call."""
+    copying B while A is quantized); B's tensor map (128-byte swizzle) is encoded when B's address
+    changes."""
     module = _module(n, k, device, plan)
     quantize_a = module.function("mxfp4_quant_a_e4m3").launcher("pppi")
     gemm = module.function("mxfp4_gemm_fp8")
@@ -236,12 +258,14 @@ def _fp8_launcher(m, n, k, device, plan):
     a_bytes = rows * k
     quant_block = (-(-(k // 32) // 32) * 32, 1, 1)  # a thread per 32-value block of a row
     dims = grid(m, n, plan)
+    b_map_of = _map_of_last_address(
+        lambda address: runtime.tensor_map_2d(device, address, 1, n, k // 2, k // 2, FP8_BN, 128,
+                                              swizzle=runtime.SWIZZLE_128B))
 
     def run(a, b_q, b_scale_sh, out):
         scratch = torch.empty(a_bytes + 4 * rows, dtype=torch.uint8, device=a.device)
         a_exp = scratch.data_ptr() + a_bytes  # the row exponents after A's bytes (an address: no view per call)
-        b_map = runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, FP8_BN, 128,
-                                      swizzle=runtime.SWIZZLE_128B)
+        b_map = b_map_of(b_q.data_ptr())
         quantize_a((rows, 1, 1), quant_block, 0, a, scratch, a_exp, m)
         launch_gemm(dims, (fp8_threads(plan), 1, 1), shared, b_map, b_scale_sh, scratch, a_exp, a, b_q, out, m)
 

@@ -18,11 +18,13 @@
 //    quantized; the tile's row exponents come the same way, so only the copy warp waits for that grid; with MC > 1, MC CTAs of neighbouring B tiles form a cluster along x and each copies
 //    1/MC of every A chunk to all of them by multicast, so A leaves L2 once per MC tiles, and a
 //    stage is refilled once the consumers of all MC CTAs released it). CG consumer warpgroups each
-//    take NB / CG of a chunk's 32-value blocks: they convert those blocks' B codes to e4m3 in shared
-//    memory (a byte lookup by prmt per 4 codes) and issue their wgmmas (B rows = wgmma M, the tokens
-//    = its N). One warpgroup leaves one converting warp per scheduler; more share the conversion
-//    without a barrier between them (each reads and writes only its own blocks), and their partial
-//    tiles are added in warpgroup order at the end.
+//    take NB / CG of a chunk's 32-value blocks: they convert those blocks' B codes to e4m3 straight
+//    into the wgmma's A registers (a byte lookup by prmt per 4 codes; B rows = wgmma M, the tokens =
+//    its N, from shared memory), so B's converted bytes never go back to shared memory and no barrier
+//    or proxy fence stands between the conversion and the MMAs. A's K order inside a chunk is the one
+//    these register fragments take (a_permuted_offset). One warpgroup leaves one converting warp per
+//    scheduler; more share the conversion, each its own blocks, and their partial tiles are added in
+//    warpgroup order at the end.
 //    A warpgroup's MMAs accumulate into a partial sum that is added to fp32 registers every CG chunks
 //    (its blocks of them: KC values), so Hopper's reduced-precision fp8 accumulation spans at most KC
 //    values whatever CG is, and the promotion's adds do not grow with it.
@@ -30,10 +32,11 @@
 //    an inexact A row) is recomputed in plain fp32 from A and B (`exact_partial`). Every CTA of a
 //    cluster reaches the same verdict: the B verdict reads the rows' scales over all of K.
 //
-// Layouts (both wgmma operands K-major without swizzle: 8-row x 16-byte core matrices, LBO = the
+// Layouts (A's wgmma operand K-major without swizzle: 8-row x 16-byte core matrices, LBO = the
 // bytes between k16 groups, SBO = 128 between 8-row groups):
-//   A e4m3 in global memory: [M tile][chunk][k16 group][MP rows] x 16 B; in a stage: one (M tile, chunk);
-//   B converted, double-buffered: [k16 group][64 rows] x 16 B;
+//   A e4m3 in global memory: [M tile][chunk][k16 group][MP rows] x 16 B, K permuted inside a chunk
+//   (a_permuted_offset); in a stage: one (M tile, chunk);
+//   B converted: in registers, two sets (the chunk converted, the chunk multiplied);
 //   B codes as the tensor map lands them: 64 rows x 128 B, 16-byte unit u of row r at r*128 + (u ^ r%8)*16.
 //
 // Compile-time configuration (-D): GN GK (shape), MP (rows of A per CTA: the wgmma n, 8..128),
@@ -74,7 +77,6 @@ constexpr int B_BOX = BN * KC / 2;                 // a chunk's B codes
 constexpr int A_CHUNK = MP * KC;                   // a chunk's A bytes (e4m3)
 constexpr int STAGE = B_BOX + A_CHUNK;
 constexpr int A_SLICE = A_CHUNK / MC;              // the part of an A chunk each CTA of a multicast group copies
-constexpr int BOP = BN * KC;                       // a chunk's B converted to e4m3
 constexpr int GROUP_SCALES = SCOLS * 32;           // the scale bytes of one 32-row group of B
 constexpr int WG = 128;                            // threads of a warpgroup
 constexpr int CONSUMERS = CG * WG;
@@ -82,7 +84,7 @@ constexpr int NTHREADS = CONSUMERS + 32;           // + the copy warp
 constexpr int WG_BLOCKS = NB / CG;                 // a warpgroup's blocks of each chunk
 constexpr int ROW_INEXACT = -1000;
 constexpr int P_STRIDE = BN + 4;                   // floats per row of the partial tile (conflict-free stores)
-// Dynamic shared memory: STAGES * STAGE + 2 * BOP + 2 * GROUP_SCALES + 1024 (plans.py's fp8_smem_bytes).
+// Dynamic shared memory: STAGES * STAGE + 2 * GROUP_SCALES + 1024 (plans.py's fp8_smem_bytes).
 
 static_assert(GK % KC == 0, "GK: whole chunks");
 static_assert(MP % 8 == 0 && MP >= 8 && MP <= 128, "MP: a wgmma n with a wrapper");
@@ -106,10 +108,6 @@ constexpr int EMPTY_ARRIVALS = MC == 1 ? CONSUMERS : MC * CONSUMERS / 32;
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;\n" :: "n"(CONSUMERS) : "memory"); }
-__device__ __forceinline__ void warpgroup_sync(int wg) {
-    asm volatile("bar.sync %0, %1;\n" :: "r"(2 + wg), "n"(WG) : "memory");
-}
-__device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // e4m3 bytes of the e2m1 magnitudes 0..7 times 2^d (d in [-5, 6]): exponent field + d. Code 0 stays 0.
 __device__ __forceinline__ u32 e4m3_lut_lo(int d) { return 0x3C383000u + (u32)(8 * d) * 0x01010100u; }
@@ -128,6 +126,16 @@ __device__ __forceinline__ uint2 e2m1x8_to_e4m3(u32 w, u32 lo, u32 hi) {
 // Byte offset of (row m, k16 group g of K) in the chunk layout.
 __device__ __forceinline__ int a_offset(int m, int g) {
     return (((m / MP * CHUNKS + g / (KC / 16)) * (KC / 16) + g % (KC / 16)) * MP + m % MP) * 16;
+}
+
+// K inside a chunk runs in the order the GEMM's B fragments take it (a dot product does not mind the
+// order, as long as A and B share it): the wgmma k32 step s, thread t = lane % 4 holds K bytes 4t..4t+3
+// and 16+4t..16+4t+3 of it, and those are code word w = s % 4 of block b = 4 (s / 4) + t: one thread
+// reads whole 16-byte code units of B. So word w of block b (values 8w..8w+7) lands in k16 groups 2s
+// (its first 4 values) and 2s + 1 (its last 4), bytes 4t.., with s = 4 (b / 4) + w.
+__device__ __forceinline__ int a_permuted_offset(int m, int block, int word, int half) {
+    const int chunk = block / NB, b = block % NB, s = 4 * (b / 4) + word;
+    return a_offset(m, chunk * (KC / 16) + 2 * s + half) + 4 * (b % 4);
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
@@ -166,9 +174,11 @@ mxfp4_quant_a_e4m3(const u16* __restrict__ a, u8* __restrict__ a_e4m3, int* __re
         out[i] = e2m1x8_to_e4m3(codes, lo, hi);
     }
     if (block) {
-        *reinterpret_cast<uint4*>(a_e4m3 + a_offset(m, 2 * blk)) = make_uint4(out[0].x, out[0].y, out[1].x, out[1].y);
-        *reinterpret_cast<uint4*>(a_e4m3 + a_offset(m, 2 * blk + 1)) =
-            make_uint4(out[2].x, out[2].y, out[3].x, out[3].y);
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            *reinterpret_cast<u32*>(a_e4m3 + a_permuted_offset(m, blk, w, 0)) = out[w].x;
+            *reinterpret_cast<u32*>(a_e4m3 + a_permuted_offset(m, blk, w, 1)) = out[w].y;
+        }
     }
     __syncthreads();
     if (blk == 0) {
@@ -207,56 +217,82 @@ __device__ __forceinline__ void scale_range(const u8* scales, int* b_max, int* b
     atomicMax(&b_max[g * 32 + r16 + 16], hi1); atomicMin(&b_min[g * 32 + r16 + 16], lo1);
 }
 
-// A thread's conversion items: the same (row, block) pairs of every chunk. Item = (row r, block b of
-// the warpgroup's WG_BLOCKS): 8 consecutive lanes take 8 consecutive rows of one block, so both the
-// swizzled reads and the operand writes are conflict-free. Their addresses, scale index and the row's
-// largest scale are worked out once, before the chunk loop (a chunk further on, the scale index moves
-// by 256: format.md §3's 8-column groups).
-constexpr int ITEMS = BN * WG_BLOCKS / WG;
+// A thread's B fragments: the warpgroup's WG_BLOCKS k32 steps of a chunk, each the wgmma's 4 registers
+// (rows g and g + 8 of the warp's 16, K bytes 4t.. and 16 + 4t..: wgmma_rs_e4m3). With A's K order
+// (a_permuted_offset), step s of the thread is code word s % 4 of 16-byte unit s / 4, so a thread reads
+// UNITS whole units a row (block 4 (b0 / 4 + u) + t, from word b0 % 4) and converts them in registers:
+// B never goes back to shared memory. Addresses, scale indices and the rows' largest scales are worked
+// out once, before the chunk loop (a chunk further on, the scale index moves by 256: format.md §3's
+// 8-column groups).
+constexpr int UNITS = (WG_BLOCKS + 3) / 4;             // code units a thread reads per row and chunk
+constexpr int WORDS = WG_BLOCKS < 4 ? WG_BLOCKS : 4;   // words of each it converts
 static_assert(NB == 8, "a chunk is one 8-column group of the scale layout: the next chunk's index is 256 on");
-struct BItems {
-    int codes[ITEMS];     // in a stage: the 16 code bytes of (r, b), swizzled as the tensor map lands them
-    int operand[ITEMS];   // in a converted chunk: (r, k16 group 2b); group 2b + 1 is BN * 16 bytes on
-    int scale[ITEMS];     // in the CTA's scales: (r, block b of the CTA's first chunk)
-    int shift[ITEMS];     // 6 - the row's largest scale byte (d = scale + shift, at least -5)
+static_assert(UNITS * WORDS == WG_BLOCKS, "a warpgroup's steps are whole words of whole units");
+struct BFragments {
+    int codes[2][UNITS];  // in a stage: the unit's first word, swizzled as the tensor map lands it
+    int scale[2][UNITS];  // in the CTA's scales: (row, unit's block of the CTA's first chunk)
+    int shift[2];         // 6 - the row's largest scale byte (d = scale + shift, at least -5)
 };
+typedef u32 Fragments[WG_BLOCKS][4];
 
-__device__ __forceinline__ BItems b_items(const int* b_max, int first_chunk, int b0, int t) {
-    BItems items;
+__device__ __forceinline__ BFragments b_fragments(const int* b_max, int first_chunk, int b0, int wt) {
+    BFragments f;
+    const int t = wt & 3, g = (wt & 31) >> 2, warp_rows = 16 * (wt >> 5);
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-        const int item = t + i * WG, r = item % BN, b = b0 + item / BN;
-        items.codes[i] = r * 128 + ((b ^ (r & 7)) * 16);
-        items.operand[i] = ((2 * b) * BN + r) * 16;
-        items.scale[i] = scale_index(r, first_chunk * NB + b);
-        items.shift[i] = 6 - b_max[r];
+    for (int h = 0; h < 2; ++h) {
+        const int r = warp_rows + g + 8 * h;
+#pragma unroll
+        for (int u = 0; u < UNITS; ++u) {
+            const int b = 4 * (b0 / 4 + u) + t;
+            f.codes[h][u] = r * 128 + ((b ^ (r & 7)) * 16) + 4 * (b0 % 4);
+            f.scale[h][u] = scale_index(r, first_chunk * NB + b);
+        }
+        f.shift[h] = 6 - b_max[r];
     }
-    return items;
+    return f;
 }
 
-// A warpgroup's blocks of the CTA's lc-th chunk: B codes -> e4m3 operand [k16 group][64 rows] x 16 B.
-__device__ __forceinline__ void convert_b_blocks(const BItems& items, const u8* codes, u8* op, const u8* scales,
-                                                 int lc) {
+// A warpgroup's B fragments of the CTA's lc-th chunk: B codes -> e4m3, straight into registers.
+__device__ __forceinline__ void convert_b_fragments(const BFragments& f, const u8* codes, const u8* scales, int lc,
+                                                    Fragments& frag) {
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-        const uint4 x = *reinterpret_cast<const uint4*>(codes + items.codes[i]);
-        const int d = max((int)scales[items.scale[i] + lc * 256] + items.shift[i], -5);
-        const u32 lo = e4m3_lut_lo(d), hi = e4m3_lut_hi(d);
-        const uint2 e0 = e2m1x8_to_e4m3(x.x, lo, hi), e1 = e2m1x8_to_e4m3(x.y, lo, hi);
-        const uint2 e2 = e2m1x8_to_e4m3(x.z, lo, hi), e3 = e2m1x8_to_e4m3(x.w, lo, hi);
-        *reinterpret_cast<uint4*>(op + items.operand[i]) = make_uint4(e0.x, e0.y, e1.x, e1.y);
-        *reinterpret_cast<uint4*>(op + items.operand[i] + BN * 16) = make_uint4(e2.x, e2.y, e3.x, e3.y);
-    }
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int u = 0; u < UNITS; ++u) {
+            u32 w[WORDS];
+            if constexpr (WORDS == 4) {
+                const uint4 x = *reinterpret_cast<const uint4*>(codes + f.codes[h][u]);
+                w[0] = x.x; w[1] = x.y; w[2] = x.z; w[3] = x.w;
+            } else {
+                const uint2 x = *reinterpret_cast<const uint2*>(codes + f.codes[h][u]);
+                w[0] = x.x; w[1] = x.y;
+            }
+            const int d = max((int)scales[f.scale[h][u] + lc * 256] + f.shift[h], -5);
+            const u32 lo = e4m3_lut_lo(d), hi = e4m3_lut_hi(d);
+#pragma unroll
+            for (int j = 0; j < WORDS; ++j) {
+                const uint2 e = e2m1x8_to_e4m3(w[j], lo, hi);
+                frag[WORDS * u + j][h] = e.x;
+                frag[WORDS * u + j][2 + h] = e.y;
+            }
+        }
 }
 
-// A warpgroup's WG_BLOCKS wgmmas of a chunk (k32 each, blocks from b0) into the partial sum (a fresh
-// one unless `keep`), one commit group.
-__device__ __forceinline__ void issue_block_mmas(float (&part)[MP / 8][4], u32 b_op, u32 a_chunk, int b0, bool keep) {
+__device__ __forceinline__ void keep_fragments(Fragments& frag) {
+#pragma unroll
+    for (int s = 0; s < WG_BLOCKS; ++s)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[s][i])::"memory");
+}
+
+// A warpgroup's WG_BLOCKS wgmmas of a chunk (k32 steps from b0) into the partial sum (a fresh one
+// unless `keep`), one commit group.
+__device__ __forceinline__ void issue_block_mmas(float (&part)[MP / 8][4], const Fragments& frag, u32 a_chunk, int b0,
+                                                 bool keep) {
     wgmma_fence();
 #pragma unroll
     for (int s = 0; s < WG_BLOCKS; ++s)
-        wgmma_ss_e4m3<MP>(part, wgmma_desc(b_op + 2 * (b0 + s) * BN * 16, BN * 16, 128),
-                          wgmma_desc(a_chunk + 2 * (b0 + s) * MP * 16, MP * 16, 128), s > 0 || keep);
+        wgmma_rs_e4m3<MP>(part, frag[s], wgmma_desc(a_chunk + 2 * (b0 + s) * MP * 16, MP * 16, 128), s > 0 || keep);
     wgmma_commit();
 }
 
@@ -326,8 +362,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
     // The 128-byte swizzle repeats every 1024 bytes from a 1024-byte aligned address: the launch adds
     // 1 KB of slack, and the ring starts at the first such address (static shared memory comes first).
     u8* const smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    u8* const b_ops = smem + STAGES * STAGE;
-    u8* const scales = b_ops + 2 * BOP;
+    u8* const scales = smem + STAGES * STAGE;
     float* const part_tile = reinterpret_cast<float*>(smem);  // after the last chunk: the ring is free
     // The warp index through a shuffle: ptxas then knows the roles are warp-uniform (asynchronous wgmmas).
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xFFFFFFFFu, tid >> 5, 0);
@@ -398,26 +433,32 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             const int hi = b_max[t], lo = b_min[t];
             if (hi - lo > 11 || hi < 63 || hi > 191) inexact = 1;
         }
-        const BItems items = b_items(b_max, chunk_begin, b0, wt);
-#pragma unroll 1
-        for (int lc = 0; lc < chunks; ++lc) {
+        const BFragments frags = b_fragments(b_max, chunk_begin, b0, wt);
+        // Chunk lc converts into one set of fragment registers while chunk lc-1's wgmmas read the other.
+        Fragments even, odd;
+        auto chunk_step = [&](int lc, Fragments& cur, Fragments& prev) {
             const int s = lc % STAGES;
             mbar_wait(&full_b[s], (lc / STAGES) & 1);
-            u8* const op = b_ops + (lc & 1) * BOP;
-            convert_b_blocks(items, smem + s * STAGE, op, scales, lc);
-            proxy_fence();
-            warpgroup_sync(wg);
+            convert_b_fragments(frags, smem + s * STAGE, scales, lc, cur);
             if (lc > 0) {  // chunk lc-1's MMAs: done, its stage released, the partial added after CG chunks
                 wgmma_wait<0>();
                 wgmma_keep(part);
+                keep_fragments(prev);
                 if (lc % CG == 0) add_partial(acc, part);
                 release_stage(&empty[(lc - 1) % STAGES], lane, group0);
             }
             mbar_wait(&full_a[s], (lc / STAGES) & 1);
-            issue_block_mmas(part, smem_addr(op), smem_addr(smem + s * STAGE + B_BOX), b0, lc % CG != 0);
+            issue_block_mmas(part, cur, smem_addr(smem + s * STAGE + B_BOX), b0, lc % CG != 0);
+        };
+#pragma unroll 1
+        for (int lc = 0; lc < chunks; lc += 2) {
+            chunk_step(lc, even, odd);
+            if (lc + 1 < chunks) chunk_step(lc + 1, odd, even);
         }
         wgmma_wait<0>();
         wgmma_keep(part);
+        keep_fragments(even);
+        keep_fragments(odd);
         add_partial(acc, part);
         mbar_wait(&a_exp_landed, 0);  // landed long ago: the copy warp issued it before the ring's refills
         for (int m = t; m < MP; m += CONSUMERS) {

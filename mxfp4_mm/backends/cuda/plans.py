@@ -108,10 +108,10 @@ def fp8_mp(m: int) -> int:
 
 
 def fp8_smem_bytes(k: int, plan) -> int:
-    """The fp8 kernel's dynamic shared memory: the ring, two converted B chunks, the CTA's B scales
-    (two 32-row groups over all of K) and 1 KB of slack for the ring's 1024-byte alignment."""
+    """The fp8 kernel's dynamic shared memory: the ring, the CTA's B scales (two 32-row groups over
+    all of K) and 1 KB of slack for the ring's 1024-byte alignment."""
     scale_cols = (k // 32 + 7) // 8 * 8
-    return plan.stages * fp8_stage_bytes(plan.mp) + 2 * FP8_BN * FP8_KC + 2 * scale_cols * 32 + 1024
+    return plan.stages * fp8_stage_bytes(plan.mp) + 2 * scale_cols * 32 + 1024
 
 
 def fp8_plan(m: int, k: int, split_k: int = 1, cg: int = 1):
@@ -158,15 +158,30 @@ def fp8_paired_plan(m: int, n: int, k: int, compute_units: int = 132):
     if deepest is None:
         return None
     plan = deepest._replace(stages=2)
-    fits_two = 2 * (fp8_smem_bytes(k, plan) + FP8_STATIC_SMEM + SMEM_RESERVED_PER_CTA) <= SM_SMEM
+    fits_two = (2 * (fp8_smem_bytes(k, plan) + FP8_STATIC_SMEM + SMEM_RESERVED_PER_CTA) <= SM_SMEM
+                and fp8_registers(plan) <= fp8_register_limit(plan, ctas=2))
     return plan if fits_two else None
+
+
+def fp8_registers(plan) -> int:
+    """A consumer thread's registers, estimated: two fp32 tiles of mp / 2 (the partial sum and its fp32
+    promotion), two sets of B fragments (4 a k32 step: the chunk converted and the one multiplied) and
+    ~40 for addresses and the conversion (nvcc 13.0 gave up to 20 more: the limit has the room)."""
+    return plan.mp + 2 * 4 * (FP8_KC // 32 // plan.cg) + 40
+
+
+def fp8_register_limit(plan, ctas: int = 1) -> int:
+    """What ptxas can give a thread without spilling, with `ctas` CTAs an SM: a scheduler's quarter of
+    the register file over its warps (the CTAs' warps dealt round the 4 schedulers), in steps of 8, at
+    most 255."""
+    warps_a_scheduler = -(-ctas * fp8_threads(plan) // 32 // 4)
+    return min(255, 65536 // 4 // (32 * warps_a_scheduler) // 8 * 8)
 
 
 def fp8_is_valid(m: int, n: int, k: int, plan) -> bool:
     return (isinstance(plan, Fp8Plan) and plan.kind == FP8 and plan.mp in FP8_MPS
             and m >= 1 and fp8_m_tiles(m, plan) <= FP8_MAX_M_TILES
-            # registers: mp a thread (two fp32 tiles) + ~40 within 65536 / threads
-            and plan.cg in FP8_CGS and plan.mp * plan.cg <= 256
+            and plan.cg in FP8_CGS and fp8_registers(plan) <= fp8_register_limit(plan)
             and plan.mc in FP8_MCS and -(-n // FP8_BN) % plan.mc == 0 and plan.mc * plan.split_k <= 8
             and k % FP8_KC == 0 and k // 32 <= 1024 and 2 <= plan.stages <= 16
             and 1 <= plan.split_k <= min(8, k // FP8_KC)
