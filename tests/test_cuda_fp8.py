@@ -315,10 +315,8 @@ def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
         assert [p.stages == 4 for p in offered[:5]] == [False, False, False, True, True]
         assert offered[5] == Fp8Plan(FP8, 16, 2, 8)
         offered = [p for p in cuda.candidates(256, 3072, 1536, "cuda") if isinstance(p, Fp8Plan)]
-        # 96 tiles; cg 2 and 4: registers; two 128-row CTAs do not fit an SM's registers; so A is
-        # shared (multicast) by the one-warpgroup plan
-        assert [(p.mp, p.split_k, p.cg, p.mc, p.stages) for p in offered] == [
-            (128, 1, 1, 1, 5), (128, 1, 1, 1, 4), (128, 1, 1, 4, 5), (128, 1, 1, 2, 5)]
+        # 96 tiles; cg 2 and 4: registers; two 128-row CTAs do not fit an SM's registers
+        assert [(p.mp, p.split_k, p.cg, p.mc, p.stages) for p in offered] == [(128, 1, 1, 1, 5), (128, 1, 1, 1, 4)]
     finally:
         cuda._candidates.cache_clear()
 

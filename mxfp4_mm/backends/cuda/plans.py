@@ -131,9 +131,7 @@ def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12)
     CTA on its own SM (tiles x split <= compute_units; clusters of 4 at 33 tiles already spill into a
     second wave on an H100, so the tuner measures a few). Each with 2, 4 and 1 consumer warpgroups
     at the deepest ring that fits, 2 and 1 at 4 stages (fewer A copies in flight at once: 15.4 vs 17.0 us
-    at 64x7168x2048 with one warpgroup, H100), then A's copies shared by 4 and 2 B tiles (multicast), with
-    2 and 4 warpgroups, or with one where only one fits the registers (mp 128: A's bytes per CTA are
-    largest there).
+    at 64x7168x2048 with one warpgroup, H100), then A's copies shared by 4 and 2 B tiles (multicast).
     After the unsplit plans, one plan with two CTAs an SM (`fp8_paired_plan`)."""
     if k % FP8_KC:
         return []
@@ -143,8 +141,7 @@ def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12)
     for split in [1] + splits[::-1]:
         two, four, one = (fp8_plan(m, k, split, cg) for cg in (2, 4, 1))
         shallow = [plan._replace(stages=min(plan.stages, 4)) for plan in (two, one) if plan]
-        widest = [plan for plan in (two, four) if plan] or [plan for plan in (one,) if plan]
-        shared = [plan._replace(mc=mc) for mc in (4, 2) for plan in widest]
+        shared = [plan._replace(mc=mc) for mc in (4, 2) for plan in (two, four) if plan]
         plans += [two, four, one] + shallow + shared
         if split == 1:
             plans.append(fp8_paired_plan(m, n, k, compute_units))
