@@ -65,13 +65,20 @@ def _lut(d):
            (0x4C484440 + ((8 * d) & 0xFFFFFFFF) * 0x01010101) & 0xFFFFFFFF
 
 
-def test_the_kernel_states_the_lookup_modelled_here():
+def _assert_kernel_states(*lines):
+    """The kernel's source holds each line a model here mirrors (a change there must change the model)."""
     source = _kernel_source()
-    assert "0x3C383000u + (u32)(8 * d) * 0x01010100u" in source
-    assert "0x4C484440u + (u32)(8 * d) * 0x01010101u" in source
-    assert "const u32 magnitude = w & 0x77777777u, sign = (w >> 3) & 0x11111111u;" in source
-    assert "return make_uint2(prmt(lo, hi, magnitude) | prmt(0x8000u, 0u, sign),\n" in source
-    assert "prmt(lo, hi, magnitude >> 16) | prmt(0x8000u, 0u, sign >> 16));" in source
+    missing = [line for line in lines if line not in source]
+    assert not missing, missing
+
+
+def test_the_kernel_states_the_lookup_modelled_here():
+    _assert_kernel_states(
+        "0x3C383000u + (u32)(8 * d) * 0x01010100u",
+        "0x4C484440u + (u32)(8 * d) * 0x01010101u",
+        "const u32 magnitude = w & 0x77777777u, sign = (w >> 3) & 0x11111111u;",
+        "return make_uint2(prmt(lo, hi, magnitude) | prmt(0x8000u, 0u, sign),\n",
+        "prmt(lo, hi, magnitude >> 16) | prmt(0x8000u, 0u, sign >> 16));")
 
 
 def _e2m1x8_to_e4m3(w, lo, hi):
@@ -111,8 +118,8 @@ def _a_offset(m, g, mp, chunks, kc=256):
 
 
 def test_the_kernel_states_the_a_layout_modelled_here():
-    assert "(((m / MP * CHUNKS + g / (KC / 16)) * (KC / 16) + g % (KC / 16)) * MP + m % MP) * 16" in _kernel_source()
-    assert "a_e4m3 + (size_t)blockIdx.z * CHUNKS * A_CHUNK" in _kernel_source()
+    _assert_kernel_states("(((m / MP * CHUNKS + g / (KC / 16)) * (KC / 16) + g % (KC / 16)) * MP + m % MP) * 16",
+                          "a_e4m3 + (size_t)blockIdx.z * CHUNKS * A_CHUNK")
 
 
 @pytest.mark.parametrize("mp, tiles, k", [(8, 1, 256), (64, 3, 2048), (128, 2, 1536)])
@@ -168,12 +175,12 @@ def _b_fragment_sources(cg, wg, wt):
 
 
 def test_the_kernel_states_the_k_order_modelled_here():
-    source = _kernel_source()
-    assert "const int chunk = block / NB, b = block % NB, s = 4 * (b / 4) + word;" in source
-    assert "return a_offset(m, chunk * (KC / 16) + 2 * s + half) + 4 * (b % 4);" in source
-    assert "const int b = 4 * (b0 / 4 + u) + t;" in source
-    assert "f.codes[h][u] = r * 128 + ((b ^ (r & 7)) * 16) + 4 * (b0 % 4);" in source
-    assert "frag[WORDS * u + j][h] = e.x;" in source and "frag[WORDS * u + j][2 + h] = e.y;" in source
+    _assert_kernel_states(
+        "const int chunk = block / NB, b = block % NB, s = 4 * (b / 4) + word;",
+        "return a_offset(m, chunk * (KC / 16) + 2 * s + half) + 4 * (b % 4);",
+        "const int b = 4 * (b0 / 4 + u) + t;",
+        "f.codes[h][u] = r * 128 + ((b ^ (r & 7)) * 16) + 4 * (b0 % 4);",
+        "frag[WORDS * u + j][h] = e.x;", "frag[WORDS * u + j][2 + h] = e.y;")
 
 
 @pytest.mark.parametrize("cg", [1, 2, 4])
@@ -201,10 +208,8 @@ def test_a_and_b_take_k_in_the_same_order(cg):
 
 def test_a_chunk_further_on_moves_the_scale_index_by_256():
     """The conversion works each thread's scale index out once and adds 256 a chunk (b_fragments)."""
-    source = _kernel_source()
-    formula = ("(r >> 5) * GROUP_SCALES + (c >> 3) * 256 + (c & 3) * 64 + (r & 15) * 4 + ((c & 7) >> 2) * 2"
-               " + ((r & 31) >> 4)")
-    assert formula in source and "f.scale[h][u] + lc * 256" in source
+    _assert_kernel_states("(r >> 5) * GROUP_SCALES + (c >> 3) * 256 + (c & 3) * 64 + (r & 15) * 4 + ((c & 7) >> 2) * 2"
+                          " + ((r & 31) >> 4)", "f.scale[h][u] + lc * 256")
 
     def scale_index(r, c, group_scales=1 << 16):
         return ((r >> 5) * group_scales + (c >> 3) * 256 + (c & 3) * 64 + (r & 15) * 4 + ((c & 7) >> 2) * 2
