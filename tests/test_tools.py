@@ -114,3 +114,17 @@ def test_verify_gpu_memchecks_the_fp8_plans_on_their_own_shapes(tmp_path):
     assert {p.mc for p in offered} == {1, 2, 4} and {p.cg for p in offered} == {1, 2, 4}
     assert max(p.split_k for p in offered) == 8 and any(cuda_plans.fp8_m_tiles(130, p) == 2 for p in offered)
     assert cuda_plans.fp8_paired_plan(5, 48, 2560) in offered
+
+
+def test_fp8_timeline_marks_find_their_anchors_in_the_kernel():
+    """The timeline's marks are inserted at anchor lines of the shipped fp8 kernel: each must still be
+    there exactly once, so that the instrumented build measures the kernel the package runs."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import fp8_timeline
+    from mxfp4_mm.backends import cuda
+    source = cuda.read_source(cuda.FP8_SOURCE)
+    marked = fp8_timeline.instrumented_source(source)
+    assert all(f"tl_row[{slot}] = clock64() - tl_t0;" in marked for slot in fp8_timeline.MARKS)
+    assert marked.count("atomicMin(tlq, g)") == 1 and marked.count("atomicMax(tlq + 1, g)") == 1
+    with pytest.raises(ValueError, match="anchor"):
+        fp8_timeline.instrumented_source(source.replace("griddep_wait();\n", "griddep_wait(); \n"))

@@ -1,0 +1,159 @@
+"""Where an fp8 plan's time goes: a timeline of every GEMM CTA (NVIDIA GPU, sm_90).
+
+    python3 tools/fp8_timeline.py 16,2112,7168 f8,16,10,3,2 [--reps 30] [--gemm-only] [--carveout -1]
+
+Builds an instrumented copy of mxfp4_gemm_sm90_fp8.cu (the package's kernel is not changed: marks are
+inserted into its text at fixed anchor lines, and the build fails loudly when an anchor moves) and
+calls it the harness's way (L2 flushed, events around the call). Each GEMM CTA records clock64 at its
+marks, relative to its own start, and %globaltimer at its start and end; the quantization kernel
+records its first block's start and its last block's end. Printed per mark: the minimum, median and
+maximum over the CTAs (medians over the calls), in µs from the CTA's start. `--gemm-only` times the
+GEMM alone on A quantized by an earlier call; `--carveout` sets the quantization kernel's preferred
+shared-memory carveout (100: the GEMM's split, so that both may share an SM; the package leaves the
+driver's default, -1).
+A mark taken by a consumer thread at a wait ("A chunk0 landed") is when the thread got past the wait:
+the data may have landed earlier.
+"""
+
+import argparse
+import ctypes
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mxfp4_mm import bench, runtime  # noqa: E402
+from mxfp4_mm.backends import cuda  # noqa: E402
+from mxfp4_mm.backends.cuda import plans as cuda_plans  # noqa: E402
+
+SLOTS = 16  # int64 per CTA: [0] start (globaltimer), [1..9] marks (cycles), [10] end (globaltimer), [11] end (cycles)
+HEADER = 64  # int64 before the CTAs' rows: [0] first quantization start, [1] last quantization end
+MARKS = {1: "B scales landed", 2: "B chunk 0 landed", 3: "grid dependency released (copy warp)",
+         4: "A chunk 0 landed", 5: "last B chunk landed", 6: "chunk loop done", 7: "verdicts in",
+         8: "before the split-K sum", 9: "end"}
+_NOW = 'unsigned long long g; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));'
+
+
+def _mark(slot):
+    return f"tl_row[{slot}] = clock64() - tl_t0;"
+
+
+_END = _mark(9) + " " + _NOW + " tl_row[10] = g; tl_row[11] = clock64() - tl_t0;"
+
+# (anchor in the kernel source, its replacement): each anchor must occur exactly once.
+EDITS = (
+    ("u16* __restrict__ c, const int m_size) {",
+     "u16* __restrict__ c, const int m_size, unsigned long long* __restrict__ tl) {\n"
+     "    const long long tl_t0 = clock64();\n"
+     f"    unsigned long long* tl_row = tl + {HEADER} + {SLOTS} * (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));\n"
+     f"    if (threadIdx.x == 0) {{ {_NOW} tl_row[0] = g; }}\n"),
+    ("int* __restrict__ a_exp, int m_size) {",
+     "int* __restrict__ a_exp, int m_size, unsigned long long* __restrict__ tlq) {\n"
+     f"    if (threadIdx.x == 0) {{ {_NOW} atomicMin(tlq, g); }}\n"),
+    ("        a_exp[m] = m >= m_size ? 0 : !folds ? ROW_INEXACT : emax == -127 ? 0 : emax;\n",
+     "        a_exp[m] = m >= m_size ? 0 : !folds ? ROW_INEXACT : emax == -127 ? 0 : emax;\n"
+     f"        {{ {_NOW} atomicMax(tlq + 1, g); }}\n"),
+    ("        mbar_wait(&scales_landed, 0);\n", f"        mbar_wait(&scales_landed, 0);\n        if (t == 0) {_mark(1)}\n"),
+    ("            mbar_wait(&full_b[s], (lc / STAGES) & 1);\n",
+     f"            mbar_wait(&full_b[s], (lc / STAGES) & 1);\n            if (t == 0 && lc == 0) {_mark(2)}\n"
+     f"            if (t == 0 && lc == chunks - 1) {_mark(5)}\n"),
+    ("            griddep_wait();\n", f"            griddep_wait();\n            {_mark(3)}\n"),
+    ("            mbar_wait(&full_a[s], (lc / STAGES) & 1);\n",
+     f"            mbar_wait(&full_a[s], (lc / STAGES) & 1);\n            if (t == 0 && lc == 0) {_mark(4)}\n"),
+    ("        add_partial(acc, part);\n        mbar_wait(&a_exp_landed, 0);",
+     f"        add_partial(acc, part);\n        if (t == 0) {_mark(6)}\n        mbar_wait(&a_exp_landed, 0);"),
+    ("        if (inexact) {\n", f"        if (t == 0) {_mark(7)}\n        if (inexact) {{\n"),
+    ("    store_split_sum<", f"    if (tid == 0) {_mark(8)}\n    store_split_sum<"),
+)
+
+
+def instrumented_source(source: str) -> str:
+    """The fp8 kernel's source with the timeline's marks; the GEMM's last statement gets the end mark."""
+    for anchor, replacement in EDITS:
+        if source.count(anchor) != 1:
+            raise ValueError(f"fp8_timeline: anchor found {source.count(anchor)} times, not once: {anchor!r}")
+        source = source.replace(anchor, replacement)
+    body = source.rstrip()
+    if not body.endswith("}"):
+        raise ValueError("fp8_timeline: the GEMM kernel is no longer the source's last function")
+    return body[:-1] + f"    if (tid == 0) {{ {_END} }}\n}}\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("shape", help="M,N,K")
+    parser.add_argument("plan", help="an Fp8Plan's fields, e.g. f8,16,10,3,2")
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--gemm-only", action="store_true", help="time the GEMM alone (A quantized beforehand)")
+    parser.add_argument("--carveout", type=int, default=-1,
+                        help="the quantization kernel's preferred shared-memory carveout in percent (-1: the driver's default)")
+    args = parser.parse_args(argv)
+    import torch
+    from mxfp4_mm.tuning import timing
+
+    m, n, k = (int(v) for v in args.shape.split(","))
+    plan = cuda_plans.plan_from_fields([int(v) if v.lstrip("-").isdigit() else v for v in args.plan.split(",")])
+    if not isinstance(plan, cuda_plans.Fp8Plan) or not torch.cuda.is_available():
+        sys.exit("fp8_timeline: needs an Fp8Plan and an NVIDIA GPU")
+    device = torch.device("cuda")
+    module = runtime.load_module(instrumented_source(cuda.read_source(cuda.FP8_SOURCE)), device,
+                                 cuda_plans.compile_options(n, k, plan), "sm_90a")
+    api = runtime.api_for(device)
+    quant_fn, gemm_fn = module.function("mxfp4_quant_a_e4m3"), module.function("mxfp4_gemm_fp8")
+    shared = cuda_plans.smem_bytes(m, n, k, plan)
+    api.check(api.drv.cuFuncSetAttribute(gemm_fn.handle, 8, ctypes.c_int(shared)), "cuFuncSetAttribute")
+    api.check(api.drv.cuFuncSetAttribute(quant_fn.handle, 9, ctypes.c_int(args.carveout)), "cuFuncSetAttribute")
+    quantize, gemm = quant_fn.launcher("pppip"), gemm_fn.launcher("Tppppppip", dependent=True)
+    rows = cuda_plans.fp8_m_tiles(m, plan) * plan.mp
+    dims = cuda_plans.grid(m, n, plan)
+    ctas = dims[0] * dims[1] * dims[2]
+    data = bench.generate_input(m, n, k, 0, device)
+    a, _, b_q, _, b_scale_sh = data
+    b_map = runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, cuda_plans.FP8_BN, 128,
+                                  swizzle=runtime.SWIZZLE_128B)
+    flush = torch.empty(timing.flush_bytes(device) // 4, dtype=torch.int32, device=device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
+    scratch = torch.empty(rows * k + 4 * rows, dtype=torch.uint8, device=device)
+    marks, spans, events = {i: [] for i in MARKS}, [], []
+    for rep in range(args.reps + args.gemm_only):
+        tl = torch.zeros(HEADER + SLOTS * ctas, dtype=torch.int64, device=device)
+        tl[0] = 2 ** 62
+        torch.cuda.synchronize()
+        flush.fill_(1)
+        start.record()
+        if rep == 0 or not args.gemm_only:
+            quantize((rows, 1, 1), (-(-(k // 32) // 32) * 32, 1, 1), 0, a, scratch, scratch.data_ptr() + rows * k, m,
+                     tl.data_ptr())
+        gemm(dims, (cuda_plans.fp8_threads(plan), 1, 1), shared, b_map, b_scale_sh, scratch,
+             scratch.data_ptr() + rows * k, a, b_q, out, m, tl.data_ptr())
+        end.record()
+        torch.cuda.synchronize()
+        if args.gemm_only and rep == 0:
+            continue
+        events.append(start.elapsed_time(end) * 1e3)
+        t = tl.cpu()
+        per_cta = t[HEADER:].view(ctas, SLOTS).double()
+        first = per_cta[:, 0].min() if args.gemm_only else float(t[0])
+        quant_span = 0.0 if args.gemm_only else float(t[1] - t[0])
+        ns_per_cycle = float(((per_cta[:, 10] - per_cta[:, 0]) / per_cta[:, 11]).median())
+        spans.append((quant_span, float(per_cta[:, 0].min() - first), float(per_cta[:, 0].max() - first),
+                      float(per_cta[:, 10].max() - first)))
+        for i in MARKS:
+            column = per_cta[:, i] * ns_per_cycle
+            marks[i].append((float(column.min()), float(column.median()), float(column.max())))
+    median = statistics.median
+    correct = bench.harness_close(out, bench.reference(data))
+    print(f"{m}x{n}x{k} {cuda.plan_label(plan)}{' (GEMM alone)' if args.gemm_only else ''}, {ctas} CTAs, "
+          f"carveout {args.carveout}: {median(events):.2f} us (events, median of {len(events)}), correct {correct}")
+    print(f"  quantization, first start to last end {median([s[0] for s in spans]) / 1e3:.2f} us; GEMM CTAs start "
+          f"{median([s[1] for s in spans]) / 1e3:.2f}..{median([s[2] for s in spans]) / 1e3:.2f}, the last ends at "
+          f"{median([s[3] for s in spans]) / 1e3:.2f} (us from the first quantization block's start)")
+    for i, name in MARKS.items():
+        lo, mid, hi = (median([x[j] for x in marks[i]]) / 1e3 for j in range(3))
+        print(f"  {name:38s} min {lo:6.2f}  median {mid:6.2f}  max {hi:6.2f} us")
+
+
+if __name__ == "__main__":
+    main()
