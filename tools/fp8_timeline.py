@@ -21,11 +21,17 @@ import statistics
 import sys
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cuda_lab import parse_plan, parse_shape  # noqa: E402  (tools/, this script's folder)
 from mxfp4_mm import bench, runtime  # noqa: E402
 from mxfp4_mm.backends import cuda  # noqa: E402
 from mxfp4_mm.backends.cuda import plans as cuda_plans  # noqa: E402
+from mxfp4_mm.tuning import timing  # noqa: E402
+
+_CARVEOUT_ATTR = 9  # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
 
 SLOTS = 16  # int64 per CTA: [0] start (globaltimer), [1..9] marks (cycles), [10] end (globaltimer), [11] end (cycles)
 HEADER = 64  # int64 before the CTAs' rows: [0] first quantization start, [1] last quantization end
@@ -89,12 +95,9 @@ def main(argv=None):
     parser.add_argument("--carveout", type=int, default=-1,
                         help="the quantization kernel's preferred shared-memory carveout in percent (-1: the driver's default)")
     args = parser.parse_args(argv)
-    import torch
-    from mxfp4_mm.tuning import timing
-
-    m, n, k = (int(v) for v in args.shape.split(","))
-    plan = cuda_plans.plan_from_fields([int(v) if v.lstrip("-").isdigit() else v for v in args.plan.split(",")])
-    if not isinstance(plan, cuda_plans.Fp8Plan) or not torch.cuda.is_available():
+    m, n, k = parse_shape(args.shape)
+    plan = parse_plan(args.plan)
+    if not isinstance(plan, cuda_plans.Fp8Plan) or not torch.cuda.is_available() or torch.version.hip:
         sys.exit("fp8_timeline: needs an Fp8Plan and an NVIDIA GPU")
     device = torch.device("cuda")
     module = runtime.load_module(instrumented_source(cuda.read_source(cuda.FP8_SOURCE)), device,
@@ -102,9 +105,12 @@ def main(argv=None):
     api = runtime.api_for(device)
     quant_fn, gemm_fn = module.function("mxfp4_quant_a_e4m3"), module.function("mxfp4_gemm_fp8")
     shared = cuda_plans.smem_bytes(m, n, k, plan)
-    api.check(api.drv.cuFuncSetAttribute(gemm_fn.handle, 8, ctypes.c_int(shared)), "cuFuncSetAttribute")
-    api.check(api.drv.cuFuncSetAttribute(quant_fn.handle, 9, ctypes.c_int(args.carveout)), "cuFuncSetAttribute")
+    api.check(api.drv.cuFuncSetAttribute(gemm_fn.handle, cuda._MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
+              "cuFuncSetAttribute")
+    api.check(api.drv.cuFuncSetAttribute(quant_fn.handle, _CARVEOUT_ATTR, ctypes.c_int(args.carveout)),
+              "cuFuncSetAttribute")
     quantize, gemm = quant_fn.launcher("pppip"), gemm_fn.launcher("Tppppppip", dependent=True)
+    # The launches as `cuda._fp8_launcher` makes them, with the timeline's buffer as a last argument.
     rows = cuda_plans.fp8_m_tiles(m, plan) * plan.mp
     dims = cuda_plans.grid(m, n, plan)
     ctas = dims[0] * dims[1] * dims[2]
@@ -112,27 +118,25 @@ def main(argv=None):
     a, _, b_q, _, b_scale_sh = data
     b_map = runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, cuda_plans.FP8_BN, 128,
                                   swizzle=runtime.SWIZZLE_128B)
-    flush = torch.empty(timing.flush_bytes(device) // 4, dtype=torch.int32, device=device)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    timer = timing.EventTimer(device)  # the harness's way: synchronize, flush the L2, events around the call
     out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
     scratch = torch.empty(rows * k + 4 * rows, dtype=torch.uint8, device=device)
     marks, spans, events = {i: [] for i in MARKS}, [], []
     for rep in range(args.reps + args.gemm_only):
         tl = torch.zeros(HEADER + SLOTS * ctas, dtype=torch.int64, device=device)
-        tl[0] = 2 ** 62
-        torch.cuda.synchronize()
-        flush.fill_(1)
-        start.record()
-        if rep == 0 or not args.gemm_only:
-            quantize((rows, 1, 1), (-(-(k // 32) // 32) * 32, 1, 1), 0, a, scratch, scratch.data_ptr() + rows * k, m,
-                     tl.data_ptr())
-        gemm(dims, (cuda_plans.fp8_threads(plan), 1, 1), shared, b_map, b_scale_sh, scratch,
-             scratch.data_ptr() + rows * k, a, b_q, out, m, tl.data_ptr())
-        end.record()
-        torch.cuda.synchronize()
+        tl[0] = 2 ** 62  # the quantization's first start: an atomic minimum
+
+        def call(quantizes=rep == 0 or not args.gemm_only):
+            if quantizes:
+                quantize((rows, 1, 1), (-(-(k // 32) // 32) * 32, 1, 1), 0, a, scratch, scratch.data_ptr() + rows * k,
+                         m, tl.data_ptr())
+            gemm(dims, (cuda_plans.fp8_threads(plan), 1, 1), shared, b_map, b_scale_sh, scratch,
+                 scratch.data_ptr() + rows * k, a, b_q, out, m, tl.data_ptr())
+
+        us = timer.time_us(call)[1]
         if args.gemm_only and rep == 0:
             continue
-        events.append(start.elapsed_time(end) * 1e3)
+        events.append(us)
         t = tl.cpu()
         per_cta = t[HEADER:].view(ctas, SLOTS).double()
         first = per_cta[:, 0].min() if args.gemm_only else float(t[0])
