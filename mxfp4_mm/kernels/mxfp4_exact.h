@@ -40,6 +40,16 @@ MXFP4_HD inline unsigned int e2m1_code(unsigned int bits16, int e) {
     return (m > 0.25f) + (m >= 0.75f) + (m > 1.25f) + (m >= 1.75f) + (m > 2.5f) + (m >= 3.5f) + (m > 5.0f);
 }
 
+// The same rounding as e2m1_magnitude(e2m1_code(bits16, e)), from m = |bf16 value * 2^-e| and in two
+// fp32 adds: adding and subtracting 2^22 (m < 2), 2^23 (m < 4) or 2^24 rounds to nearest even on
+// the grid's step in that binade (0.5, 1, 2); then saturate at 6; NaN -> 0. The adds must stay
+// apart (no fast-math reassociation). About 10 instructions where e2m1_code's compares are ~20.
+MXFP4_HD inline float e2m1_round(float m) {
+    const float magic = m < 2.f ? 4194304.f : m < 4.f ? 8388608.f : 16777216.f;
+    const float r = (m + magic) - magic;
+    return r <= 6.f ? r : m > 6.f ? 6.f : 0.f;
+}
+
 // One bf16 value of a block with exponent e, quantized and dequantized:
 // spec.dequantize_mxfp4(spec.quantize_mxfp4(x)).
 MXFP4_HD inline float quant_dequant(unsigned int bits16, int e) {
