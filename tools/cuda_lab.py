@@ -2,9 +2,9 @@
 flushed, events around one call, a fresh input set per repetition, variants interleaved
 repetition by repetition so drift hits them alike, medians.
 
-    python3 tools/cuda_lab.py ab BEFORE.cu
-        The package's kernel source against another version of it (the file the plans build from),
-        same plans, same process
+    python3 tools/cuda_lab.py ab BEFORE.cu [OTHER.cu ...]
+        The package's kernel source ("now") against other versions of it (the file the plans build
+        from; several are named by their file stems), same plans, same process
         (e.g. `git show REV:mxfp4_mm/backends/cuda/mxfp4_gemm_sm90.cu > before.cu`).
     python3 tools/cuda_lab.py host [--calls 2000]
         Eager host cost per call, back to back without flush: custom_kernel (validation + dispatch +
@@ -114,7 +114,13 @@ def compare(args, device, timer, variants_of):
 
 
 def ab(args, device, timer):
-    before = Path(args.before).read_text()
+    """The table's plans built from this kernel source ("now") and from each other source file (named by
+    its stem; "before" when there is one), interleaved."""
+    paths = [Path(path) for path in args.before]
+    names = ["before"] if len(paths) == 1 else [path.stem for path in paths]
+    if len(set(names)) != len(names) or "now" in names:
+        sys.exit("cuda_lab ab: the other sources need distinct file names, none called now")
+    others = {name: path.read_text() for name, path in zip(names, paths)}
     if not hasattr(cuda, "read_source"):
         sys.exit("cuda_lab ab: the cuda backend no longer reads its source through read_source")
 
@@ -128,7 +134,8 @@ def ab(args, device, timer):
             cuda.read_source = original
 
     compare(args, device, timer, lambda m, n, k, plan: {
-        "before": with_source(before, m, n, k, plan), "now": cuda.make_runner(m, n, k, device, plan)})
+        **{name: with_source(text, m, n, k, plan) for name, text in others.items()},
+        "now": cuda.make_runner(m, n, k, device, plan)})
 
 
 def host(args, device, timer):
@@ -239,7 +246,7 @@ def parser():
     for name, (function, text) in commands.items():
         command = sub.add_parser(name, parents=[common], help=text, description=text)
         command.set_defaults(function=function)
-    sub.choices["ab"].add_argument("before", help="the other kernel source file")
+    sub.choices["ab"].add_argument("before", nargs="+", help="the other kernel source files")
     sub.choices["host"].add_argument("--calls", type=int, default=2000)
     sub.choices["plans"].add_argument("--max-plans", type=int, default=8, help="pipe plans per shape")
     sub.choices["once"].add_argument("shape", help="M,N,K")
