@@ -43,7 +43,8 @@ MXFP4_HD inline unsigned int e2m1_code(unsigned int bits16, int e) {
 // The same rounding as e2m1_magnitude(e2m1_code(bits16, e)), from m = |bf16 value * 2^-e| and in two
 // fp32 adds: adding and subtracting 2^22 (m < 2), 2^23 (m < 4) or 2^24 rounds to nearest even on
 // the grid's step in that binade (0.5, 1, 2); then saturate at 6; NaN -> 0. The adds must stay
-// apart (no fast-math reassociation). About 10 instructions where e2m1_code's compares are ~20.
+// apart (no fast-math reassociation). For the fp8 quantization kernel: built with it, that kernel
+// has 704 SASS instructions against 1,224 with e2m1_code (nvcc 13.0; notes/cuda.md, "Row flags").
 MXFP4_HD inline float e2m1_round(float m) {
     const float magic = m < 2.f ? 4194304.f : m < 4.f ? 8388608.f : 16777216.f;
     const float r = (m + magic) - magic;
