@@ -107,6 +107,8 @@ constexpr int EMPTY_ARRIVALS = MC == 1 ? CONSUMERS : MC * CONSUMERS / 32;
 
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+// 2^p for p in [-126, 127] (the folded rows' exponents: A's in [-64, 64], B's b_max - 139 in [-76, 52]).
+__device__ __forceinline__ float pow2_normal(int p) { return __int_as_float((p + 127) << 23); }
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;\n" :: "n"(CONSUMERS) : "memory"); }
 
 // e4m3 bytes of the e2m1 magnitudes 0..7 times 2^d (d in [-5, 6]): exponent field + d. Code 0 stays 0.
@@ -119,6 +121,16 @@ __device__ __forceinline__ uint2 e2m1x8_to_e4m3(u32 w, u32 lo, u32 hi) {
     const u32 magnitude = w & 0x77777777u, sign = (w >> 3) & 0x11111111u;
     return make_uint2(prmt(lo, hi, magnitude) | prmt(0x8000u, 0u, sign),
                       prmt(lo, hi, magnitude >> 16) | prmt(0x8000u, 0u, sign >> 16));
+}
+
+// Four floats (exact e4m3 values) -> their e4m3 bytes, the first lowest.
+__device__ __forceinline__ u32 e4m3x4(float v0, float v1, float v2, float v3) {
+    u32 out;
+    asm("{\n.reg .b16 lo, hi;\n"
+        "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+        "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+        "mov.b32 %0, {lo, hi};\n}\n" : "=r"(out) : "f"(v0), "f"(v1), "f"(v2), "f"(v3));
+    return out;
 }
 
 // ---- 1. A: quantized once per call -----------------------------------------------------------
@@ -161,17 +173,19 @@ mxfp4_quant_a_e4m3(const u16* __restrict__ a, u8* __restrict__ a_e4m3, int* __re
     __syncthreads();
     const int emax = row_max, d = e - emax + 6;
     if (live && amax != 0 && d < -5) row_inexact = 1;
-    const u32 lo = e4m3_lut_lo(max(d, -5)), hi = e4m3_lut_hi(max(d, -5));
+    // each value rounded as the reference rounds it (e2m1_round), times 2^d: an exact e4m3 value
+    const float inverse = pow2_exact(-e), step = pow2_exact(max(d, -5));
     uint2 out[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {  // 8 values per code word, each value's code as the reference rounds it
-        u32 codes = 0;
+    for (int i = 0; i < 4; ++i) {
+        float v[8];
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-            const u32 bits = (w[(8 * i + j) / 2] >> (16 * (j & 1))) & 0xFFFFu;
-            codes |= (e2m1_code(bits, e) | (bits >> 12 & 8u)) << (4 * j);
+            const u32 word = w[(8 * i + j) / 2];
+            const float q = __uint_as_float(j & 1 ? word & 0xFFFF0000u : word << 16) * inverse;
+            v[j] = copysignf(e2m1_round(fabsf(q)), q) * step;
         }
-        out[i] = e2m1x8_to_e4m3(codes, lo, hi);
+        out[i] = make_uint2(e4m3x4(v[0], v[1], v[2], v[3]), e4m3x4(v[4], v[5], v[6], v[7]));
     }
     if (block) {
 #pragma unroll
@@ -474,8 +488,12 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             // accumulator d[j][q]: B row 16 * (warp % 4) + lane / 4 (+8 for q >= 2), token 8j + 2 * (lane % 4)
             // (+1 odd q); the row exponents scale it exactly (a power of two), so the warpgroups' and
             // the splits' partials share their units. Warpgroup 0 stores, the others add in order.
+            // Two multiplies, by 2^(token's exponent) then 2^(B row's), round as one by 2^(their sum):
+            // the token's is in [-64, 64] and a nonzero accumulator in [2^-18, 2^31) (sums of e4m3
+            // products), so the first is exact; and a factor a token, one a row, not one a value.
             const int r = 16 * (warp % 4) + (lane >> 2), m_pair = 2 * (lane & 3);
-            const int br0 = b_max[r] - 139, br1 = b_max[r + 8] - 139;  // 127 bias + 6 (B) + 6 (A)
+            // 127 bias + 6 (B) + 6 (A); rows past N (b_max 0) are never stored: any normal factor will do
+            const float fb0 = pow2_normal(max(b_max[r] - 139, -126)), fb1 = pow2_normal(max(b_max[r + 8] - 139, -126));
 #pragma unroll 1
             for (int g = 0; g < CG; ++g) {
                 if (wg == g) {
@@ -483,10 +501,9 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
                     for (int j = 0; j < MP / 8; ++j) {
                         const int m = 8 * j + m_pair;
                         float* p = part_tile + m * P_STRIDE + r;
-                        const float v[4] = {acc[j][0] * pow2_exact(a_row_exp[m] + br0),
-                                            acc[j][1] * pow2_exact(a_row_exp[m + 1] + br0),
-                                            acc[j][2] * pow2_exact(a_row_exp[m] + br1),
-                                            acc[j][3] * pow2_exact(a_row_exp[m + 1] + br1)};
+                        const float fa0 = pow2_normal(a_row_exp[m]), fa1 = pow2_normal(a_row_exp[m + 1]);
+                        const float v[4] = {acc[j][0] * fa0 * fb0, acc[j][1] * fa1 * fb0,
+                                            acc[j][2] * fa0 * fb1, acc[j][3] * fa1 * fb1};
                         p[0] = g ? p[0] + v[0] : v[0];
                         p[P_STRIDE] = g ? p[P_STRIDE] + v[1] : v[1];
                         p[8] = g ? p[8] + v[2] : v[2];
