@@ -1,6 +1,6 @@
 """Where an fp8 plan's time goes: a timeline of every GEMM CTA (NVIDIA GPU, sm_90).
 
-    python3 tools/fp8_timeline.py 16,2112,7168 f8,16,10,3,2 [--reps 30] [--gemm-only] [--carveout -1]
+    python3 tools/fp8_timeline.py 16,2112,7168 f8,16,10,3,2 [--reps 30] [--gemm-only] [--carveout -1] [--no-flush]
 
 Builds an instrumented copy of mxfp4_gemm_sm90_fp8.cu (the package's kernel is not changed: marks are
 inserted into its text at fixed anchor lines, and the build fails loudly when an anchor moves) and
@@ -10,7 +10,8 @@ records its first block's start and its last block's end. Printed per mark: the 
 maximum over the CTAs (medians over the calls), in µs from the CTA's start. `--gemm-only` times the
 GEMM alone on A quantized by an earlier call; `--carveout` sets the quantization kernel's preferred
 shared-memory carveout (100: the GEMM's split, so that both may share an SM; the package leaves the
-driver's default, -1).
+driver's default, -1). `--no-flush` leaves the L2 as the previous call left it (operands and the
+kernel's code stay there): against the flushed timeline it shows which phases wait on DRAM.
 A mark taken by a consumer thread at a wait ("A chunk0 landed") is when the thread got past the wait:
 the data may have landed earlier.
 """
@@ -92,6 +93,7 @@ def main(argv=None):
     parser.add_argument("plan", help="an Fp8Plan's fields, e.g. f8,16,10,3,2")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--gemm-only", action="store_true", help="time the GEMM alone (A quantized beforehand)")
+    parser.add_argument("--no-flush", action="store_true", help="do not flush the L2 before each call")
     parser.add_argument("--carveout", type=int, default=-1,
                         help="the quantization kernel's preferred shared-memory carveout in percent (-1: the driver's default)")
     args = parser.parse_args(argv)
@@ -119,6 +121,8 @@ def main(argv=None):
     b_map = runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, cuda_plans.FP8_BN, 128,
                                   swizzle=runtime.SWIZZLE_128B)
     timer = timing.EventTimer(device)  # the harness's way: synchronize, flush the L2, events around the call
+    if args.no_flush:
+        timer.flush = torch.empty(1, dtype=torch.int32, device=device)
     out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
     scratch = torch.empty(rows * k + 4 * rows, dtype=torch.uint8, device=device)
     marks, spans, events = {i: [] for i in MARKS}, [], []
@@ -150,7 +154,7 @@ def main(argv=None):
     median = statistics.median
     correct = bench.harness_close(out, bench.reference(data))
     print(f"{m}x{n}x{k} {cuda.plan_label(plan)}{' (GEMM alone)' if args.gemm_only else ''}, {ctas} CTAs, "
-          f"carveout {args.carveout}: {median(events):.2f} us (events, median of {len(events)}), correct {correct}")
+          f"carveout {args.carveout}{', no flush' if args.no_flush else ''}: {median(events):.2f} us (events, median of {len(events)}), correct {correct}")
     print(f"  quantization, first start to last end {median([s[0] for s in spans]) / 1e3:.2f} us; GEMM CTAs start "
           f"{median([s[1] for s in spans]) / 1e3:.2f}..{median([s[2] for s in spans]) / 1e3:.2f}, the last ends at "
           f"{median([s[3] for s in spans]) / 1e3:.2f} (us from the first quantization block's start)")
