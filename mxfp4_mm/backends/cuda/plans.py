@@ -43,7 +43,8 @@ DEQUANT_THREADS = 256
 # mp: rows of A per CTA (the wgmma n: M's class up to 128; larger M takes several tiles of 128);
 # stages: slots of its copy ring (`fp8_plan` fills as many as fit); split_k: CTAs along K (one
 # cluster, partial tiles summed in rank order); cg: consumer warpgroups sharing each chunk's blocks;
-# mc: neighbouring B tiles sharing A's copies by multicast (a cluster along N; N's tiles a multiple of it).
+# mc: neighbouring B tiles sharing A's copies by multicast (a cluster along N; N's tiles a multiple of it);
+# ahead: 1 = B's whole K range of the CTA converted into shared memory before A is waited for.
 Fp8Plan = collections.namedtuple("Fp8Plan", "kind mp stages split_k cg mc ahead", defaults=(1, 1, 1, 0))
 FP8 = "f8"
 FP8_KC = 256  # K per chunk (the kernel's KC)
@@ -140,7 +141,8 @@ def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12)
     second wave on an H100, so the tuner measures a few). Each with 2, 4 and 1 consumer warpgroups
     at the deepest ring that fits, 2 and 1 at 4 stages (fewer A copies in flight at once: 15.4 vs 17.0 us
     at 64x7168x2048 with one warpgroup, H100), then A's copies shared by 4 and 2 B tiles (multicast).
-    After the unsplit plans, one plan with two CTAs an SM (`fp8_paired_plan`)."""
+    After the unsplit plans, one plan with two CTAs an SM (`fp8_paired_plan`). Past the limit, the
+    plans that convert B ahead of A (`fp8_ahead_plans`)."""
     if k % FP8_KC:
         return []
     tiles = fp8_tiles(m, n)
