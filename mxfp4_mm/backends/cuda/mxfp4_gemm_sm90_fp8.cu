@@ -462,26 +462,35 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             };
             auto copy_a_chunk = [&](int lc) {
                 const int s = lc % STAGES;
-                if constexpr (!AHEAD) copy_a(smem + s * STAGE, a_tile, chunk_begin + lc, &full_a[s], x, group0);
+                copy_a(smem + s * STAGE, a_tile, chunk_begin + lc, &full_a[s], x, group0);
             };
             const int first = min(STAGES, chunks);
             for (int lc = 0; lc < first; ++lc) copy_b(lc);
+            if constexpr (AHEAD) {  // B's whole range before the grid dependency: its conversion needs no A
+                for (int lc = first; lc < chunks; ++lc) {
+                    mbar_wait(&empty[lc % STAGES], (lc / STAGES - 1) & 1);
+                    copy_b(lc);
+                }
+            }
             griddep_wait();
             asm volatile("fence.proxy.async.global;\n" ::: "memory");  // A's bulk copies read what the first grid wrote
             if constexpr (AHEAD) {  // all of the CTA's A chunks at once, on one barrier
                 mbar_arrive_expect_bytes(&full_a[0], chunks * A_CHUNK);
                 for (int lc = 0; lc < chunks; ++lc)
                     bulk_copy(a_chunks + lc * A_CHUNK, a_tile + (size_t)(chunk_begin + lc) * A_CHUNK, A_CHUNK, &full_a[0]);
+            } else {
+                for (int lc = 0; lc < first; ++lc) copy_a_chunk(lc);
             }
-            for (int lc = 0; lc < first; ++lc) copy_a_chunk(lc);
             // the tile's row exponents, read by the consumers only in the epilogue: they never wait
             // for the quantization grid themselves
             mbar_arrive_expect_bytes(&a_exp_landed, MP * 4);
             bulk_copy(a_row_exp, a_exp + m0, MP * 4, &a_exp_landed);
-            for (int lc = first; lc < chunks; ++lc) {
-                mbar_wait(&empty[lc % STAGES], (lc / STAGES - 1) & 1);
-                copy_b(lc);
-                copy_a_chunk(lc);
+            if constexpr (!AHEAD) {
+                for (int lc = first; lc < chunks; ++lc) {
+                    mbar_wait(&empty[lc % STAGES], (lc / STAGES - 1) & 1);
+                    copy_b(lc);
+                    copy_a_chunk(lc);
+                }
             }
         }
         __syncwarp();
