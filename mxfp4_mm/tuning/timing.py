@@ -13,11 +13,12 @@ def flush_bytes(device) -> int:
 
 
 class EventTimer:
-    """µs of one call the harness's way. The flush buffer lives as long as the timer."""
+    """µs of one call the harness's way. The flush buffer lives as long as the timer; `flush=False`
+    (experiments only) leaves the L2 as the previous call left it."""
 
-    def __init__(self, device):
+    def __init__(self, device, flush: bool = True):
         self.device = device
-        self.flush = torch.empty(flush_bytes(device) // 4, dtype=torch.int32, device=device)
+        self.flush = torch.empty(flush_bytes(device) // 4, dtype=torch.int32, device=device) if flush else None
         self.start = torch.cuda.Event(enable_timing=True)
         self.end = torch.cuda.Event(enable_timing=True)
 
@@ -27,7 +28,8 @@ class EventTimer:
     def time_us(self, call):
         """(output, µs) of one call."""
         torch.cuda.synchronize(self.device)
-        self.flush.fill_(1)
+        if self.flush is not None:
+            self.flush.fill_(1)
         self.start.record()
         out = call()
         self.end.record()

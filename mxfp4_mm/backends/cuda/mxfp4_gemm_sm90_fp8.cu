@@ -464,13 +464,15 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
                 const int s = lc % STAGES;
                 copy_a(smem + s * STAGE, a_tile, chunk_begin + lc, &full_a[s], x, group0);
             };
+            auto refill = [&](int lc) {  // chunk lc into the stage chunk lc - STAGES was released from
+                mbar_wait(&empty[lc % STAGES], (lc / STAGES - 1) & 1);
+                copy_b(lc);
+                if constexpr (!AHEAD) copy_a_chunk(lc);
+            };
             const int first = min(STAGES, chunks);
             for (int lc = 0; lc < first; ++lc) copy_b(lc);
             if constexpr (AHEAD) {  // B's whole range before the grid dependency: its conversion needs no A
-                for (int lc = first; lc < chunks; ++lc) {
-                    mbar_wait(&empty[lc % STAGES], (lc / STAGES - 1) & 1);
-                    copy_b(lc);
-                }
+                for (int lc = first; lc < chunks; ++lc) refill(lc);
             }
             griddep_wait();
             asm volatile("fence.proxy.async.global;\n" ::: "memory");  // A's bulk copies read what the first grid wrote
@@ -486,11 +488,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             mbar_arrive_expect_bytes(&a_exp_landed, MP * 4);
             bulk_copy(a_row_exp, a_exp + m0, MP * 4, &a_exp_landed);
             if constexpr (!AHEAD) {
-                for (int lc = first; lc < chunks; ++lc) {
-                    mbar_wait(&empty[lc % STAGES], (lc / STAGES - 1) & 1);
-                    copy_b(lc);
-                    copy_a_chunk(lc);
-                }
+                for (int lc = first; lc < chunks; ++lc) refill(lc);
             }
         }
         __syncwarp();
