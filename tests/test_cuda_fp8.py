@@ -284,35 +284,6 @@ def test_fp8_labels_options_and_table_round_trip():
     assert cuda_plans.compile_options(7168, 2048, shared)[-3:] == ("-DSPLITK=2", "-DCG=4", "-DMC=4")
 
 
-def test_fp8_ahead_plans_rules_and_offer(monkeypatch):
-    """B converted ahead of A: M up to 32, K of 8 chunks or more, the CTA's converted B and A chunks
-    within the shared memory (16x2112x7168: split 4 fits, split 3's 10 chunks do not), no multicast;
-    offered to the tuner only once checked on a GPU."""
-    ahead = cuda_plans.fp8_ahead_plans(16, 2112, 7168)
-    assert ahead == [Fp8Plan(FP8, 16, 4, 4, 2, 1, 1), Fp8Plan(FP8, 16, 4, 4, 1, 1, 1)]
-    plan = ahead[0]
-    assert cuda.plan_label(plan) == "f8.m16.q4.s4.g2.a" and cuda_plans.compile_options(2112, 7168, plan)[-1] == "-DAHEAD=1"
-    assert cuda_plans.plan_from_fields(tuple(plan)) == plan
-    scale_bytes = 2 * 224 * 32
-    assert cuda_plans.fp8_smem_bytes(7168, plan) == 4 * 8192 + 7 * (64 + 16) * 256 + scale_bytes + 1024
-    assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(split_k=3))  # 10 chunks: over the shared memory
-    assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(mc=2))
-    assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(ahead=2))
-    assert cuda_plans.fp8_ahead_plans(64, 7168, 2048) == []  # M class 64
-    assert cuda_plans.fp8_ahead_plans(32, 4096, 512) == []  # 2 chunks: A is not late there
-    assert all(p.ahead for p in cuda_plans.fp8_plans(16, 2112, 7168)[-2:])
-    monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)
-    monkeypatch.setattr(cuda, "compute_units", lambda device: 132)
-    cuda._candidates.cache_clear()
-    try:
-        assert not any(isinstance(p, Fp8Plan) and p.ahead for p in cuda.candidates(16, 2112, 7168, "cuda"))
-        monkeypatch.setattr(cuda, "FP8_AHEAD_CHECKED", True)
-        cuda._candidates.cache_clear()
-        assert [p for p in cuda.candidates(16, 2112, 7168, "cuda") if isinstance(p, Fp8Plan) and p.ahead] == ahead
-    finally:
-        cuda._candidates.cache_clear()
-
-
 def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
     monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)
     monkeypatch.setattr(cuda, "compute_units", lambda device: 132)

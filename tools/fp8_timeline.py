@@ -62,20 +62,14 @@ EDITS = (
      "        a_exp[m] = m >= m_size ? 0 : !folds ? ROW_INEXACT : emax == -127 ? 0 : emax;\n"
      f"        {{ {_NOW} atomicMax(tlq + 1, g); }}\n"),
     ("        mbar_wait(&scales_landed, 0);\n", f"        mbar_wait(&scales_landed, 0);\n        if (t == 0) {_mark(1)}\n"),
-    ("                mbar_wait(&full_b[s], (lc / STAGES) & 1);\n                convert_b_fragments(frags, smem + s * STAGE, scales, lc, cur);\n",
-     f"                mbar_wait(&full_b[s], (lc / STAGES) & 1);\n                if (t == 0 && lc == 0) {_mark(2)}\n"
-     f"                if (t == 0 && lc == chunks - 1) {_mark(5)}\n"
-     "                convert_b_fragments(frags, smem + s * STAGE, scales, lc, cur);\n"),
-    # the same marks in the loop of the plans that convert B ahead of A (Fp8Plan.ahead)
-    ("                mbar_wait(&full_b[s], (lc / STAGES) & 1);\n                convert_b_fragments(frags, smem + s * STAGE, scales, lc, frag);\n",
-     f"                mbar_wait(&full_b[s], (lc / STAGES) & 1);\n                if (t == 0 && lc == 0) {_mark(2)}\n"
-     f"                if (t == 0 && lc == chunks - 1) {_mark(5)}\n"
-     "                convert_b_fragments(frags, smem + s * STAGE, scales, lc, frag);\n"),
-    ("            mbar_wait(&full_a[0], 0);\n", f"            mbar_wait(&full_a[0], 0);\n            if (t == 0) {_mark(4)}\n"),
+    ("            mbar_wait(&full_b[s], (lc / STAGES) & 1);\n",
+     f"            mbar_wait(&full_b[s], (lc / STAGES) & 1);\n            if (t == 0 && lc == 0) {_mark(2)}\n"
+     f"            if (t == 0 && lc == chunks - 1) {_mark(5)}\n"),
     ("            griddep_wait();\n", f"            griddep_wait();\n            {_mark(3)}\n"),
-    ("                mbar_wait(&full_a[s], (lc / STAGES) & 1);\n",
-     f"                mbar_wait(&full_a[s], (lc / STAGES) & 1);\n                if (t == 0 && lc == 0) {_mark(4)}\n"),
-    ("        }\n        mbar_wait(&a_exp_landed, 0);", f"        }}\n        if (t == 0) {_mark(6)}\n        mbar_wait(&a_exp_landed, 0);"),
+    ("            mbar_wait(&full_a[s], (lc / STAGES) & 1);\n",
+     f"            mbar_wait(&full_a[s], (lc / STAGES) & 1);\n            if (t == 0 && lc == 0) {_mark(4)}\n"),
+    ("        add_partial(acc, part);\n        mbar_wait(&a_exp_landed, 0);",
+     f"        add_partial(acc, part);\n        if (t == 0) {_mark(6)}\n        mbar_wait(&a_exp_landed, 0);"),
     ("        if (inexact) {\n", f"        if (t == 0) {_mark(7)}\n        if (inexact) {{\n"),
     ("    store_split_sum<", f"    if (tid == 0) {_mark(8)}\n    store_split_sum<"),
 )
