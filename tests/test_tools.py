@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = sorted(p for p in (ROOT / "tools").iterdir() if p.is_file() and not p.name.startswith("."))
-CUDA_LAB_COMMANDS = ("ab", "host", "plans", "once")
+CUDA_LAB_COMMANDS = ("ab", "host", "plans", "once", "clusters")
 
 
 def _help(*args):

@@ -16,6 +16,9 @@ repetition by repetition so drift hits them alike, medians.
         once.
     python3 tools/cuda_lab.py once 16,2112,7168 [--plan PLAN]
         One call of one shape, for a profiler: ncu -k mxfp4_gemm -c 1 python3 tools/cuda_lab.py once ...
+    python3 tools/cuda_lab.py clusters [--plans "M,N,K:PLAN ..."]
+        Per fp8 plan (default: each shape's fp8 plans): its CTAs, clusters and how many clusters the GPU
+        runs at once; a grid of more runs in waves (the whole-range ahead plans' late CTAs, notes/cuda.md).
 
 Shapes default to the 6 benchmark shapes and plans to the table's; a PLAN is the cuda Plan's
 fields, comma-separated (e.g. 64,8,1,1,2,4,0), a PipePlan's (e.g. pipe,256,64,4,64,9,1; a last field 1 for tensor-map copies) or dq. Every
@@ -25,6 +28,7 @@ ablations, option sets) are at the tag cuda-lab-2026-12-04.
 
 import argparse
 import concurrent.futures
+import ctypes
 import json
 import statistics
 import sys
@@ -36,7 +40,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import mxfp4_mm  # noqa: E402
-from mxfp4_mm import bench  # noqa: E402
+from mxfp4_mm import bench, runtime  # noqa: E402
 from mxfp4_mm.backends import cuda  # noqa: E402
 from mxfp4_mm.backends.cuda import plans as cuda_plans  # noqa: E402
 
@@ -217,6 +221,46 @@ def plans(args, device, timer):
     write_json(args.out, rows)
 
 
+def max_active_clusters(function, grid, block, shared_bytes: int) -> int:
+    """cuOccupancyMaxActiveClusters: clusters of `function` (its compile-time cluster shape) the GPU runs
+    at once with this grid, block and dynamic shared memory."""
+    api = function.module.api
+    query = api.drv.cuOccupancyMaxActiveClusters
+    query.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.POINTER(runtime._LaunchConfig)]
+    config = runtime._LaunchConfig(num_attrs=0)
+    config.grid[:], config.block[:], config.shared_bytes = tuple(grid), tuple(block), shared_bytes
+    count = ctypes.c_int(0)
+    api.check(query(ctypes.byref(count), function.handle, ctypes.byref(config)), f"max active clusters of {function.name}")
+    return count.value
+
+
+def clusters(args, device, timer):
+    """CTAs, clusters and clusters at once of each fp8 plan (no call is made)."""
+    device = runtime.normalize_device(device)
+    units = cuda.compute_units(device)
+    work = plans_work(args, device) if args.plans else [
+        ((m, n, k), cuda_plans.fp8_plans(m, n, k, units)) for (m, n, k), _ in parse_work(args.shapes, "")]
+    rows = []
+    print(f"{'shape':16s}{'plan':26s}{'CTAs':>6s}{'cluster':>9s}{'clusters':>10s}{'at once':>9s}")
+    for (m, n, k), plans in work:
+        for plan in plans:
+            if not isinstance(plan, cuda_plans.Fp8Plan):
+                continue
+            gemm = cuda._module(n, k, device, plan).function("mxfp4_gemm_fp8")
+            shared = cuda.smem_bytes(m, n, k, plan)
+            api = runtime.api_for(device)
+            api.check(api.drv.cuFuncSetAttribute(gemm.handle, cuda._MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
+                      "cuFuncSetAttribute")
+            grid = cuda.grid(m, n, plan)
+            ctas, size = grid[0] * grid[1] * grid[2], plan.split_k * plan.mc
+            at_once = max_active_clusters(gemm, grid, (cuda_plans.fp8_threads(plan), 1, 1), shared)
+            rows.append({"shape": [m, n, k], "plan": cuda.plan_label(plan), "ctas": ctas, "cluster": size,
+                         "clusters": ctas // size, "at_once": at_once})
+            print(f"{f'{m}x{n}x{k}':16s}{cuda.plan_label(plan):26s}{ctas:6d}{size:9d}{ctas // size:10d}{at_once:9d}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+
+
 def once(args, device, timer):
     m, n, k = parse_shape(args.shape)
     plan = parse_plan(args.plan) if args.plan else None
@@ -242,6 +286,7 @@ def parser():
         "host": (host, "eager host cost per call"),
         "plans": (plans, "plans (default: pipe plans) vs the table plan vs bf16_matmul"),
         "once": (once, "one call of one shape (for a profiler)"),
+        "clusters": (clusters, "fp8 plans: clusters the GPU runs at once"),
     }
     for name, (function, text) in commands.items():
         command = sub.add_parser(name, parents=[common], help=text, description=text)
