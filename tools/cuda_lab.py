@@ -237,7 +237,7 @@ def max_active_clusters(function, grid, block, shared_bytes: int) -> int:
 def clusters(args, device, timer):
     """CTAs, clusters and clusters at once of each fp8 plan (no call is made)."""
     device = runtime.normalize_device(device)
-    units = cuda.compute_units(device)
+    api, units = runtime.api_for(device), cuda.compute_units(device)
     work = plans_work(args, device) if args.plans else [
         ((m, n, k), cuda_plans.fp8_plans(m, n, k, units)) for (m, n, k), _ in parse_work(args.shapes, "")]
     rows = []
@@ -247,8 +247,7 @@ def clusters(args, device, timer):
             if not isinstance(plan, cuda_plans.Fp8Plan):
                 continue
             gemm = cuda._module(n, k, device, plan).function("mxfp4_gemm_fp8")
-            shared = cuda.smem_bytes(m, n, k, plan)
-            api = runtime.api_for(device)
+            shared = cuda.smem_bytes(m, n, k, plan)  # allowed as the fp8 launcher allows it
             api.check(api.drv.cuFuncSetAttribute(gemm.handle, cuda._MAX_DYNAMIC_SHARED_ATTR, ctypes.c_int(shared)),
                       "cuFuncSetAttribute")
             grid = cuda.grid(m, n, plan)
