@@ -284,6 +284,37 @@ def test_fp8_labels_options_and_table_round_trip():
     assert cuda_plans.compile_options(7168, 2048, shared)[-3:] == ("-DSPLITK=2", "-DCG=4", "-DMC=4")
 
 
+def test_fp8_ahead_plans_rules_and_offer(monkeypatch):
+    """B's first chunks converted ahead of A: M up to 32, K of 8 chunks or more, as many chunks as the
+    shared memory holds beside a 4-stage ring, at least one chunk of every CTA left to the ring, no
+    multicast; offered to the tuner only once checked on a GPU."""
+    ahead = cuda_plans.fp8_ahead_plans(16, 2112, 7168)
+    assert [(p.split_k, p.cg, p.ahead) for p in ahead] == [(4, 2, 6), (4, 1, 6), (3, 2, 8), (3, 1, 8), (2, 2, 8), (2, 1, 8)]
+    assert all(p.mp == 16 and p.stages == 4 and p.mc == 1 for p in ahead)
+    plan = ahead[2]
+    assert cuda.plan_label(plan) == "f8.m16.q4.s3.g2.a8" and cuda_plans.compile_options(2112, 7168, plan)[-1] == "-DAHEAD=8"
+    assert cuda_plans.plan_from_fields(tuple(plan)) == plan
+    scale_bytes = 2 * 224 * 32
+    assert cuda_plans.fp8_smem_bytes(7168, plan) == 4 * (8192 + 16 * 256) + 8 * (64 + 16) * 256 + scale_bytes + 1024
+    assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(ahead=9))  # split 3: CTAs of 9 chunks keep one
+    assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(stages=5))  # over the shared memory
+    assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(mc=2))
+    assert cuda_plans.is_valid(16, 2112, 7168, plan._replace(ahead=0))
+    assert cuda_plans.fp8_ahead_plans(64, 7168, 2048) == []  # M class 64
+    assert cuda_plans.fp8_ahead_plans(32, 4096, 512) == []  # 2 chunks: A is not late there
+    assert cuda_plans.fp8_plans(16, 2112, 7168)[-len(ahead):] == ahead
+    monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)
+    monkeypatch.setattr(cuda, "compute_units", lambda device: 132)
+    cuda._candidates.cache_clear()
+    try:
+        assert not any(isinstance(p, Fp8Plan) and p.ahead for p in cuda.candidates(16, 2112, 7168, "cuda"))
+        monkeypatch.setattr(cuda, "FP8_AHEAD_CHECKED", True)
+        cuda._candidates.cache_clear()
+        assert [p for p in cuda.candidates(16, 2112, 7168, "cuda") if isinstance(p, Fp8Plan) and p.ahead] == ahead
+    finally:
+        cuda._candidates.cache_clear()
+
+
 def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
     monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)
     monkeypatch.setattr(cuda, "compute_units", lambda device: 132)

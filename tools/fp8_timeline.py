@@ -49,6 +49,9 @@ def _mark(slot):
 _END = _mark(9) + " " + _NOW + " tl_row[10] = g; tl_row[11] = clock64() - tl_t0;"
 
 # (anchor in the kernel source, its replacement): each anchor must occur exactly once.
+_B_WAIT = "mbar_wait(&full_b[s], (lc / STAGES) & 1);\n"
+_RING_B = "            " + _B_WAIT + "            convert_b_fragments(frags, smem + s * STAGE, scales, lc, cur);\n"
+_AHEAD_B = "                " + _B_WAIT + "                convert_b_fragments(frags, smem + s * STAGE, scales, lc, frag);\n"
 EDITS = (
     ("u16* __restrict__ c, const int m_size) {",
      "u16* __restrict__ c, const int m_size, unsigned long long* __restrict__ tl) {\n"
@@ -62,12 +65,14 @@ EDITS = (
      "        a_exp[m] = m >= m_size ? 0 : !folds ? ROW_INEXACT : emax == -127 ? 0 : emax;\n"
      f"        {{ {_NOW} atomicMax(tlq + 1, g); }}\n"),
     ("        mbar_wait(&scales_landed, 0);\n", f"        mbar_wait(&scales_landed, 0);\n        if (t == 0) {_mark(1)}\n"),
-    ("            mbar_wait(&full_b[s], (lc / STAGES) & 1);\n",
-     f"            mbar_wait(&full_b[s], (lc / STAGES) & 1);\n            if (t == 0 && lc == 0) {_mark(2)}\n"
-     f"            if (t == 0 && lc == chunks - 1) {_mark(5)}\n"),
+    (_RING_B, _RING_B.replace(_B_WAIT, _B_WAIT + f"            if (t == 0 && lc == 0) {_mark(2)}\n"
+                                                  f"            if (t == 0 && lc == chunks - 1) {_mark(5)}\n")),
+    # the plans that convert B's first chunks ahead of A: chunk 0 and A's first chunks land here
+    (_AHEAD_B, _AHEAD_B.replace(_B_WAIT, _B_WAIT + f"                if (t == 0 && lc == 0) {_mark(2)}\n")),
+    ("            mbar_wait(&a_ahead_landed, 0);\n", f"            mbar_wait(&a_ahead_landed, 0);\n            if (t == 0) {_mark(4)}\n"),
     ("            griddep_wait();\n", f"            griddep_wait();\n            {_mark(3)}\n"),
-    ("            mbar_wait(&full_a[s], (lc / STAGES) & 1);\n",
-     f"            mbar_wait(&full_a[s], (lc / STAGES) & 1);\n            if (t == 0 && lc == 0) {_mark(4)}\n"),
+    ("            mbar_wait(&full_a[s], ((lc - AHEAD) / STAGES) & 1);\n",
+     f"            mbar_wait(&full_a[s], ((lc - AHEAD) / STAGES) & 1);\n            if (t == 0 && lc == 0) {_mark(4)}\n"),
     ("        add_partial(acc, part);\n        mbar_wait(&a_exp_landed, 0);",
      f"        add_partial(acc, part);\n        if (t == 0) {_mark(6)}\n        mbar_wait(&a_exp_landed, 0);"),
     ("        if (inexact) {\n", f"        if (t == 0) {_mark(7)}\n        if (inexact) {{\n"),

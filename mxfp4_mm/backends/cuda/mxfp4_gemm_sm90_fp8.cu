@@ -37,12 +37,21 @@
 //   A e4m3 in global memory: [M tile][chunk][k16 group][MP rows] x 16 B, K permuted inside a chunk
 //   (a_permuted_offset); in a stage: one (M tile, chunk);
 //   B converted: in registers, two sets (the chunk converted, the chunk multiplied);
-//   B codes as the tensor map lands them: 64 rows x 128 B, 16-byte unit u of row r at r*128 + (u ^ r%8)*16.
+//   B codes as the tensor map lands them: 64 rows x 128 B, 16-byte unit u of row r at r*128 + (u ^ r%8)*16;
+//   B converted ahead (AHEAD): [chunk][k16 group][64 rows] x 16 B, A's K order (store_fragments).
 //
 // Compile-time configuration (-D): GN GK (shape), MP (rows of A per CTA: the wgmma n, 8..128),
 // STAGES (ring slots), SPLITK (CTAs along K, one cluster), CG (consumer warpgroups: 1, 2, 4), MC (B
-// tiles sharing A's copies by multicast: 1, 2, 4; the grid's x a multiple of it). M is a launch
-// argument; the grid's z covers it in tiles of MP rows.
+// tiles sharing A's copies by multicast: 1, 2, 4; the grid's x a multiple of it), AHEAD (a CTA's first
+// AHEAD chunks of B converted into shared memory before A is waited for). M is a launch argument; the
+// grid's z covers it in tiles of MP rows.
+//
+// AHEAD is for small M and long K, where A (behind B's copies and the quantization grid) lands
+// microseconds after B's first chunks while the loop, latency-bound on B's conversion, waits for it:
+// the first chunks' conversion runs while A is on its way, and their MMAs (from shared memory) take
+// little once A is there; the other chunks go through the ring as without AHEAD. The shared memory
+// bounds AHEAD (16 KB of converted B and MP x 256 B of A a chunk); converting all of a CTA's range
+// needed splits whose clusters did not all fit on the GPU at once (notes/cuda.md).
 
 #ifndef GN
 #define GN 7168
@@ -58,6 +67,9 @@
 #endif
 #ifndef MC
 #define MC 1
+#endif
+#ifndef AHEAD
+#define AHEAD 0
 #endif
 
 #include "mxfp4_exact.h"
@@ -76,6 +88,7 @@ constexpr int NB = KC / 32;                        // blocks per chunk
 constexpr int B_BOX = BN * KC / 2;                 // a chunk's B codes
 constexpr int A_CHUNK = MP * KC;                   // a chunk's A bytes (e4m3)
 constexpr int STAGE = B_BOX + A_CHUNK;
+constexpr int BX_CHUNK = BN * KC;                  // a chunk of B converted to e4m3 (AHEAD)
 constexpr int A_SLICE = A_CHUNK / MC;              // the part of an A chunk each CTA of a multicast group copies
 constexpr int GROUP_SCALES = SCOLS * 32;           // the scale bytes of one 32-row group of B
 constexpr int WG = 128;                            // threads of a warpgroup
@@ -84,7 +97,8 @@ constexpr int NTHREADS = CONSUMERS + 32;           // + the copy warp
 constexpr int WG_BLOCKS = NB / CG;                 // a warpgroup's blocks of each chunk
 constexpr int ROW_INEXACT = -1000;
 constexpr int P_STRIDE = BN + 4;                   // floats per row of the partial tile (conflict-free stores)
-// Dynamic shared memory: STAGES * STAGE + 2 * GROUP_SCALES + 1024 (plans.py's fp8_smem_bytes).
+// Dynamic shared memory: STAGES * STAGE + AHEAD * (BX_CHUNK + A_CHUNK) + 2 * GROUP_SCALES + 1024
+// (plans.py's fp8_smem_bytes).
 
 static_assert(GK % KC == 0, "GK: whole chunks");
 static_assert(MP % 8 == 0 && MP >= 8 && MP <= 128, "MP: a wgmma n with a wrapper");
@@ -95,6 +109,8 @@ static_assert(MP * P_STRIDE * 4 <= STAGES * STAGE, "the partial tile fits the ri
 static_assert(SPLITK >= 1 && SPLITK <= 8 && SPLITK <= CHUNKS, "SPLITK");
 static_assert(CG == 1 || CG == 2 || CG == 4, "CG: divides a chunk's blocks and its conversion items");
 static_assert((MC == 1 || MC == 2 || MC == 4) && MC * SPLITK <= 8, "MC: a cluster of at most 8 CTAs");
+// Every CTA has chunks left for the ring after its AHEAD ones (the fewest a CTA takes: CHUNKS / SPLITK).
+static_assert(AHEAD >= 0 && AHEAD < CHUNKS / SPLITK && (AHEAD == 0 || MC == 1), "AHEAD: A's ahead chunks copied whole by each CTA");
 // A stage's consumers release it: every thread (MC = 1), or lane 0 of every warp of each CTA of the
 // multicast group on every CTA's barrier (MC > 1).
 constexpr int EMPTY_ARRIVALS = MC == 1 ? CONSUMERS : MC * CONSUMERS / 32;
@@ -110,6 +126,7 @@ __device__ __forceinline__ void griddep_launch_dependents() { asm volatile("grid
 // 2^p for p in [-126, 127] (the folded rows' exponents: A's in [-64, 64], B's b_max - 139 in [-76, 52]).
 __device__ __forceinline__ float pow2_normal(int p) { return __int_as_float((p + 127) << 23); }
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;\n" :: "n"(CONSUMERS) : "memory"); }
+__device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, %1;\n" :: "r"(2 + wg), "n"(WG) : "memory"); }
 
 // e4m3 bytes of the e2m1 magnitudes 0..7 times 2^d (d in [-5, 6]): exponent field + d. Code 0 stays 0.
 __device__ __forceinline__ u32 e4m3_lut_lo(int d) { return 0x3C383000u + (u32)(8 * d) * 0x01010100u; }
@@ -292,6 +309,21 @@ __device__ __forceinline__ void convert_b_fragments(const BFragments& f, const u
         }
 }
 
+// AHEAD: a thread's fragments into the converted chunk, where a no-swizzle K-major wgmma operand reads
+// them back as the same matrix: [k16 group][64 rows] x 16 bytes (A's chunk layout with 64 rows). Step
+// s's a[0] (row g, K bytes 4t..) goes to k16 group 2s, a[1] to row g + 8, a[2] and a[3] to group 2s + 1.
+// Eight rows of one 4-byte column a warp's store: every bank once.
+__device__ __forceinline__ void store_fragments(u8* chunk, const Fragments& frag, int b0, int wt) {
+    const int t = wt & 3, row = 16 * (wt >> 5) + ((wt & 31) >> 2);
+#pragma unroll
+    for (int s = 0; s < WG_BLOCKS; ++s)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int group = 2 * (b0 + s) + (i >> 1), r = row + 8 * (i & 1);
+            *reinterpret_cast<u32*>(chunk + (group * BN + r) * 16 + 4 * t) = frag[s][i];
+        }
+}
+
 __device__ __forceinline__ void keep_fragments(Fragments& frag) {
 #pragma unroll
     for (int s = 0; s < WG_BLOCKS; ++s)
@@ -307,6 +339,16 @@ __device__ __forceinline__ void issue_block_mmas(float (&part)[MP / 8][4], const
 #pragma unroll
     for (int s = 0; s < WG_BLOCKS; ++s)
         wgmma_rs_e4m3<MP>(part, frag[s], wgmma_desc(a_chunk + 2 * (b0 + s) * MP * 16, MP * 16, 128), s > 0 || keep);
+    wgmma_commit();
+}
+
+// AHEAD: the same WG_BLOCKS wgmmas with B's converted chunk from shared memory.
+__device__ __forceinline__ void issue_block_mmas_ss(float (&part)[MP / 8][4], u32 b_chunk, u32 a_chunk, int b0) {
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < WG_BLOCKS; ++s)
+        wgmma_ss_e4m3<MP>(part, wgmma_desc(b_chunk + 2 * (b0 + s) * BN * 16, BN * 16, 128),
+                          wgmma_desc(a_chunk + 2 * (b0 + s) * MP * 16, MP * 16, 128), s > 0);
     wgmma_commit();
 }
 
@@ -370,13 +412,15 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
     extern __shared__ __align__(1024) u8 smem_raw[];
     // B's and A's parts of a stage land on separate barriers: B's conversion need not wait for A
     // (at the start A comes later: it waits for the quantization grid).
-    __shared__ u64 full_b[STAGES], full_a[STAGES], empty[STAGES], scales_landed, a_exp_landed;
+    __shared__ u64 full_b[STAGES], full_a[STAGES], empty[STAGES], scales_landed, a_exp_landed, a_ahead_landed;
     __shared__ int b_max[BN], b_min[BN], inexact;
     __shared__ __align__(16) int a_row_exp[MP];  // the tile's A row exponents (one bulk copy)
     // The 128-byte swizzle repeats every 1024 bytes from a 1024-byte aligned address: the launch adds
     // 1 KB of slack, and the ring starts at the first such address (static shared memory comes first).
     u8* const smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    u8* const scales = smem + STAGES * STAGE;
+    u8* const b_ahead = smem + STAGES * STAGE;       // AHEAD: B's first chunks as e4m3
+    u8* const a_ahead = b_ahead + AHEAD * BX_CHUNK;  // AHEAD: A's first chunks
+    u8* const scales = a_ahead + AHEAD * A_CHUNK;
     float* const part_tile = reinterpret_cast<float*>(smem);  // after the last chunk: the ring is free
     // The warp index through a shuffle: ptxas then knows the roles are warp-uniform (asynchronous wgmmas).
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xFFFFFFFFu, tid >> 5, 0);
@@ -392,6 +436,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
         }
         mbar_init(&scales_landed, 1);
         mbar_init(&a_exp_landed, 1);
+        if constexpr (AHEAD > 0) mbar_init(&a_ahead_landed, 1);
         mbar_init_fence();
         inexact = 0;
     }
@@ -422,18 +467,30 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
                 const int s = lc % STAGES;
                 copy_a(smem + s * STAGE, a_tile, chunk_begin + lc, &full_a[s], x, group0);
             };
+            auto refill_b = [&](int lc) {  // into the stage chunk lc - STAGES was released from
+                mbar_wait(&empty[lc % STAGES], (lc / STAGES - 1) & 1);
+                copy_b(lc);
+            };
             const int first = min(STAGES, chunks);
             for (int lc = 0; lc < first; ++lc) copy_b(lc);
+            // AHEAD: the stages the ahead chunks release need no A: refill them before the grid
+            // dependency (after it, the consumers would wait for B behind the quantization grid)
+            const int b_copied = AHEAD ? min(AHEAD + STAGES, chunks) : first;
+            for (int lc = first; lc < b_copied; ++lc) refill_b(lc);
             griddep_wait();
             asm volatile("fence.proxy.async.global;\n" ::: "memory");  // A's bulk copies read what the first grid wrote
-            for (int lc = 0; lc < first; ++lc) copy_a_chunk(lc);
+            if constexpr (AHEAD > 0) {  // the ahead chunks' A, on one barrier
+                mbar_arrive_expect_bytes(&a_ahead_landed, AHEAD * A_CHUNK);
+                for (int lc = 0; lc < AHEAD; ++lc)
+                    bulk_copy(a_ahead + lc * A_CHUNK, a_tile + (size_t)(chunk_begin + lc) * A_CHUNK, A_CHUNK, &a_ahead_landed);
+            }
+            for (int lc = AHEAD; lc < b_copied; ++lc) copy_a_chunk(lc);
             // the tile's row exponents, read by the consumers only in the epilogue: they never wait
             // for the quantization grid themselves
             mbar_arrive_expect_bytes(&a_exp_landed, MP * 4);
             bulk_copy(a_row_exp, a_exp + m0, MP * 4, &a_exp_landed);
-            for (int lc = first; lc < chunks; ++lc) {
-                mbar_wait(&empty[lc % STAGES], (lc / STAGES - 1) & 1);
-                copy_b(lc);
+            for (int lc = b_copied; lc < chunks; ++lc) {
+                refill_b(lc);
                 copy_a_chunk(lc);
             }
         }
@@ -448,24 +505,49 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             if (hi - lo > 11 || hi < 63 || hi > 191) inexact = 1;
         }
         const BFragments frags = b_fragments(b_max, chunk_begin, b0, wt);
+        if constexpr (AHEAD > 0) {
+            // the first AHEAD chunks converted and their stages released with no wait on A
+            Fragments frag;
+#pragma unroll 1
+            for (int lc = 0; lc < AHEAD; ++lc) {
+                const int s = lc % STAGES;
+                mbar_wait(&full_b[s], (lc / STAGES) & 1);
+                convert_b_fragments(frags, smem + s * STAGE, scales, lc, frag);
+                store_fragments(b_ahead + lc * BX_CHUNK, frag, b0, wt);
+                release_stage(&empty[s], lane, group0);
+            }
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the stores, seen by the wgmmas
+            warpgroup_sync(wg);  // a warpgroup's wgmmas read the rows of its 4 warps
+            mbar_wait(&a_ahead_landed, 0);
+            // a chunk's wgmmas back to back, then its partial sum added (a second partial tile added
+            // while the next chunk's wgmmas run had ptxas serialize every wgmma: C7514)
+#pragma unroll 1
+            for (int lc = 0; lc < AHEAD; ++lc) {
+                issue_block_mmas_ss(part, smem_addr(b_ahead + lc * BX_CHUNK), smem_addr(a_ahead + lc * A_CHUNK), b0);
+                wgmma_wait<0>();
+                wgmma_keep(part);
+                add_partial(acc, part);
+            }
+        }
         // Chunk lc converts into one set of fragment registers while chunk lc-1's wgmmas read the other.
+        // (Past the ahead chunks: a stage's A comes once for each of its chunks from AHEAD on.)
         Fragments even, odd;
         auto chunk_step = [&](int lc, Fragments& cur, Fragments& prev) {
             const int s = lc % STAGES;
             mbar_wait(&full_b[s], (lc / STAGES) & 1);
             convert_b_fragments(frags, smem + s * STAGE, scales, lc, cur);
-            if (lc > 0) {  // chunk lc-1's MMAs: done, its stage released, the partial added after CG chunks
+            if (lc > AHEAD) {  // chunk lc-1's MMAs: done, its stage released, the partial added after CG chunks
                 wgmma_wait<0>();
                 wgmma_keep(part);
                 keep_fragments(prev);
-                if (lc % CG == 0) add_partial(acc, part);
+                if ((lc - AHEAD) % CG == 0) add_partial(acc, part);
                 release_stage(&empty[(lc - 1) % STAGES], lane, group0);
             }
-            mbar_wait(&full_a[s], (lc / STAGES) & 1);
-            issue_block_mmas(part, cur, smem_addr(smem + s * STAGE + B_BOX), b0, lc % CG != 0);
+            mbar_wait(&full_a[s], ((lc - AHEAD) / STAGES) & 1);
+            issue_block_mmas(part, cur, smem_addr(smem + s * STAGE + B_BOX), b0, (lc - AHEAD) % CG != 0);
         };
 #pragma unroll 1
-        for (int lc = 0; lc < chunks; lc += 2) {
+        for (int lc = AHEAD; lc < chunks; lc += 2) {
             chunk_step(lc, even, odd);
             if (lc + 1 < chunks) chunk_step(lc + 1, odd, even);
         }

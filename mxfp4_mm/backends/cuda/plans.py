@@ -43,8 +43,9 @@ DEQUANT_THREADS = 256
 # mp: rows of A per CTA (the wgmma n: M's class up to 128; larger M takes several tiles of 128);
 # stages: slots of its copy ring (`fp8_plan` fills as many as fit); split_k: CTAs along K (one
 # cluster, partial tiles summed in rank order); cg: consumer warpgroups sharing each chunk's blocks;
-# mc: neighbouring B tiles sharing A's copies by multicast (a cluster along N; N's tiles a multiple of it).
-Fp8Plan = collections.namedtuple("Fp8Plan", "kind mp stages split_k cg mc", defaults=(1, 1, 1))
+# mc: neighbouring B tiles sharing A's copies by multicast (a cluster along N; N's tiles a multiple of it);
+# ahead: a CTA's first chunks of B converted into shared memory before A is waited for (0: none).
+Fp8Plan = collections.namedtuple("Fp8Plan", "kind mp stages split_k cg mc ahead", defaults=(1, 1, 1, 0))
 FP8 = "f8"
 FP8_KC = 256  # K per chunk (the kernel's KC)
 FP8_BN = 64   # rows of B per CTA
@@ -107,11 +108,17 @@ def fp8_mp(m: int) -> int:
     return min(m_class(m), FP8_MPS[-1])
 
 
+def fp8_ahead_chunk_bytes(mp: int) -> int:
+    """A chunk converted ahead: 64 rows of B as e4m3 and mp rows of A's e4m3 bytes."""
+    return (FP8_BN + mp) * FP8_KC
+
+
 def fp8_smem_bytes(k: int, plan) -> int:
-    """The fp8 kernel's dynamic shared memory: the ring, the CTA's B scales (two 32-row groups over
-    all of K) and 1 KB of slack for the ring's 1024-byte alignment."""
+    """The fp8 kernel's dynamic shared memory: the ring, the chunks converted ahead, the CTA's B
+    scales (two 32-row groups over all of K) and 1 KB of slack for the ring's 1024-byte alignment."""
     scale_cols = (k // 32 + 7) // 8 * 8
-    return plan.stages * fp8_stage_bytes(plan.mp) + 2 * scale_cols * 32 + 1024
+    return (plan.stages * fp8_stage_bytes(plan.mp) + plan.ahead * fp8_ahead_chunk_bytes(plan.mp)
+            + 2 * scale_cols * 32 + 1024)
 
 
 def fp8_plan(m: int, k: int, split_k: int = 1, cg: int = 1):
@@ -132,7 +139,8 @@ def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12)
     second wave on an H100, so the tuner measures a few). Each with 2, 4 and 1 consumer warpgroups
     at the deepest ring that fits, 2 and 1 at 4 stages (fewer A copies in flight at once: 15.4 vs 17.0 us
     at 64x7168x2048 with one warpgroup, H100), then A's copies shared by 4 and 2 B tiles (multicast).
-    After the unsplit plans, one plan with two CTAs an SM (`fp8_paired_plan`)."""
+    After the unsplit plans, one plan with two CTAs an SM (`fp8_paired_plan`). Past the limit, the
+    plans that convert B's first chunks ahead of A (`fp8_ahead_plans`)."""
     if k % FP8_KC:
         return []
     tiles = fp8_tiles(m, n)
@@ -145,7 +153,28 @@ def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12)
         plans += [two, four, one] + shallow + shared
         if split == 1:
             plans.append(fp8_paired_plan(m, n, k, compute_units))
-    return list(dict.fromkeys(plan for plan in plans if plan is not None and fp8_is_valid(m, n, k, plan)))[:limit]
+    offered = list(dict.fromkeys(plan for plan in plans if plan is not None and fp8_is_valid(m, n, k, plan)))[:limit]
+    return offered + fp8_ahead_plans(m, n, k, compute_units)
+
+
+def fp8_ahead_plans(m: int, n: int, k: int, compute_units: int = 132) -> list:
+    """Plans that convert a CTA's first chunks of B into shared memory while A is on its way (`ahead`),
+    for M up to 32 and K of 8 chunks or more, where A lands microseconds after B's first chunks
+    (notes/cuda.md): the splits of `fp8_plans`, two warpgroups and one, a 4-stage ring, and as many
+    chunks ahead as the shared memory holds, at least one chunk of every CTA left to the ring."""
+    if k % FP8_KC or fp8_mp(m) > 32 or k // FP8_KC < 8:
+        return []
+    mp, tiles = fp8_mp(m), fp8_tiles(m, n)
+    splits = [s for s in range(2, min(8, k // FP8_KC) + 1) if tiles * s <= compute_units][-3:]
+    plans = []
+    for split in splits[::-1]:
+        for cg in (2, 1):
+            ring = Fp8Plan(FP8, mp, 4, split, cg)
+            room = MAX_SMEM - FP8_STATIC_SMEM - fp8_smem_bytes(k, ring)
+            ahead = min(room // fp8_ahead_chunk_bytes(mp), k // FP8_KC // split - 1)
+            if ahead >= 1:
+                plans.append(ring._replace(ahead=ahead))
+    return [plan for plan in plans if fp8_is_valid(m, n, k, plan)]
 
 
 def fp8_paired_plan(m: int, n: int, k: int, compute_units: int = 132):
@@ -185,6 +214,7 @@ def fp8_is_valid(m: int, n: int, k: int, plan) -> bool:
             and plan.mc in FP8_MCS and -(-n // FP8_BN) % plan.mc == 0 and plan.mc * plan.split_k <= 8
             and k % FP8_KC == 0 and k // 32 <= 1024 and 2 <= plan.stages <= 16
             and 1 <= plan.split_k <= min(8, k // FP8_KC)
+            and 0 <= plan.ahead < k // FP8_KC // plan.split_k and not (plan.ahead and plan.mc > 1)
             and plan.mp * (FP8_BN + 4) * 4 <= plan.stages * fp8_stage_bytes(plan.mp)
             and fp8_smem_bytes(k, plan) + FP8_STATIC_SMEM <= MAX_SMEM)
 
@@ -249,7 +279,9 @@ def compile_options(n: int, k: int, plan) -> tuple:
         split = (f"-DSPLITK={plan.split_k}",) if plan.split_k > 1 else ()
         groups = (f"-DCG={plan.cg}",) if plan.cg > 1 else ()
         multicast = (f"-DMC={plan.mc}",) if plan.mc > 1 else ()
-        return (f"-DGN={n}", f"-DGK={k}", f"-DMP={plan.mp}", f"-DSTAGES={plan.stages}") + split + groups + multicast
+        ahead = (f"-DAHEAD={plan.ahead}",) if plan.ahead else ()
+        return (f"-DGN={n}", f"-DGK={k}", f"-DMP={plan.mp}", f"-DSTAGES={plan.stages}") + split + groups + multicast \
+            + ahead
     if isinstance(plan, PipePlan):
         values = dict(GN=n, GK=k, BN=plan.bn, BM=plan.bm, SPLITK=plan.split_k, KC=plan.kc, STAGES=plan.stages)
         if plan.cw:
