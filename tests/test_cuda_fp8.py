@@ -285,7 +285,7 @@ def test_fp8_labels_options_and_table_round_trip():
 
 
 def test_fp8_ahead_plans_rules_and_offer(monkeypatch):
-    """B's first chunks converted ahead of A: M up to 32, K of 8 chunks or more, as many chunks as the
+    """B's first chunks converted ahead of A: M up to 64, K of 8 chunks or more, as many chunks as the
     shared memory holds beside a 4-stage ring, at least one chunk of every CTA left to the ring, no
     multicast; offered to the tuner only once checked on a GPU."""
     ahead = cuda_plans.fp8_ahead_plans(16, 2112, 7168)
@@ -300,7 +300,9 @@ def test_fp8_ahead_plans_rules_and_offer(monkeypatch):
     assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(stages=5))  # over the shared memory
     assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(mc=2))
     assert cuda_plans.is_valid(16, 2112, 7168, plan._replace(ahead=0))
-    assert cuda_plans.fp8_ahead_plans(64, 7168, 2048) == []  # M class 64
+    # M class 64: 112 tiles fill the GPU unsplit; 3 chunks of 32 KB (B converted, A) beside the ring
+    assert [(p.mp, p.split_k, p.cg, p.ahead) for p in cuda_plans.fp8_ahead_plans(64, 7168, 2048)] == [(64, 1, 2, 3), (64, 1, 1, 3)]
+    assert cuda_plans.fp8_ahead_plans(128, 3072, 1536) == []  # M class 128: A lands with B's first chunk
     assert cuda_plans.fp8_ahead_plans(32, 4096, 512) == []  # 2 chunks: A is not late there
     assert cuda_plans.fp8_plans(16, 2112, 7168)[-len(ahead):] == ahead
     monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)

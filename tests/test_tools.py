@@ -114,6 +114,8 @@ def test_verify_gpu_memchecks_the_fp8_plans_on_their_own_shapes(tmp_path):
     assert {p.mc for p in offered} == {1, 2, 4} and {p.cg for p in offered} == {1, 2, 4}
     assert max(p.split_k for p in offered) == 8 and any(cuda_plans.fp8_m_tiles(130, p) == 2 for p in offered)
     assert cuda_plans.fp8_paired_plan(5, 48, 2560) in offered
+    ahead = [p for p in offered if p.ahead]  # B's first chunks ahead: M classes 32 and 64, split and not
+    assert {p.mp for p in ahead} == {32, 64} and {p.split_k for p in ahead} >= {1, 3, 4, 5}
 
 
 def test_fp8_timeline_marks_find_their_anchors_in_the_kernel():

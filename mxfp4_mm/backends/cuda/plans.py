@@ -159,13 +159,14 @@ def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12)
 
 def fp8_ahead_plans(m: int, n: int, k: int, compute_units: int = 132) -> list:
     """Plans that convert a CTA's first chunks of B into shared memory while A is on its way (`ahead`),
-    for M up to 32 and K of 8 chunks or more, where A lands microseconds after B's first chunks
-    (notes/cuda.md): the splits of `fp8_plans`, two warpgroups and one, a 4-stage ring, and as many
-    chunks ahead as the shared memory holds, at least one chunk of every CTA left to the ring."""
-    if k % FP8_KC or fp8_mp(m) > 32 or k // FP8_KC < 8:
+    for M up to 64 and K of 8 chunks or more, where A lands microseconds after B's first chunks
+    (notes/cuda.md): the splits of `fp8_plans` (no split where the tiles alone fill the GPU), two
+    warpgroups and one, a 4-stage ring, and as many chunks ahead as the shared memory holds, at least
+    one chunk of every CTA left to the ring."""
+    if k % FP8_KC or fp8_mp(m) > 64 or k // FP8_KC < 8:
         return []
     mp, tiles = fp8_mp(m), fp8_tiles(m, n)
-    splits = [s for s in range(2, min(8, k // FP8_KC) + 1) if tiles * s <= compute_units][-3:]
+    splits = [s for s in range(1, min(8, k // FP8_KC) + 1) if tiles * s <= compute_units][-3:]
     plans = []
     for split in splits[::-1]:
         for cg in (2, 1):
