@@ -304,7 +304,7 @@ def test_fp8_ahead_plans_rules_and_offer(monkeypatch):
     assert [(p.mp, p.split_k, p.cg, p.ahead) for p in cuda_plans.fp8_ahead_plans(64, 7168, 2048)] == [(64, 1, 2, 3), (64, 1, 1, 3)]
     assert cuda_plans.fp8_ahead_plans(128, 3072, 1536) == []  # M class 128: A lands with B's first chunk
     assert cuda_plans.fp8_ahead_plans(32, 4096, 512) == []  # 2 chunks: A is not late there
-    assert cuda_plans.fp8_plans(16, 2112, 7168)[-len(ahead):] == ahead
+    assert [p for p in cuda_plans.fp8_plans(16, 2112, 7168) if p.ahead] == ahead
     monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)
     monkeypatch.setattr(cuda, "compute_units", lambda device: 132)
     cuda._candidates.cache_clear()
@@ -313,6 +313,41 @@ def test_fp8_ahead_plans_rules_and_offer(monkeypatch):
         monkeypatch.setattr(cuda, "FP8_AHEAD_CHECKED", True)
         cuda._candidates.cache_clear()
         assert [p for p in cuda.candidates(16, 2112, 7168, "cuda") if isinstance(p, Fp8Plan) and p.ahead] == ahead
+    finally:
+        cuda._candidates.cache_clear()
+
+
+def test_fp8_cv_plans_rules_and_offer(monkeypatch):
+    """Converter warpgroups feeding one MMA warpgroup through shared memory (`cv`): the converted ring
+    and A's ring of cv slots beside B's code ring, one more warpgroup and copy warp, no multicast or
+    chunks ahead; offered to the tuner only once checked on a GPU."""
+    plans = cuda_plans.fp8_cv_plans(16, 2112, 7168)
+    assert plans and all(p.cv >= 2 and p.mc == 1 and p.ahead == 0 and p.mp == 16 for p in plans)
+    assert {p.split_k for p in plans} == {1, 3, 4} and {p.cg for p in plans} == {1, 2}
+    plan = Fp8Plan(FP8, 16, 10, 3, 2, 1, 0, 4)
+    assert plan in plans and cuda.plan_label(plan) == "f8.m16.q10.s3.g2.v4"
+    assert cuda_plans.compile_options(2112, 7168, plan)[-1] == "-DCV=4"
+    assert cuda_plans.plan_from_fields(tuple(plan)) == plan
+    assert cuda_plans.fp8_threads(plan) == 2 * 128 + 128 + 64
+    scale_bytes = 2 * 224 * 32
+    assert cuda_plans.fp8_smem_bytes(7168, plan) == 10 * 8192 + 4 * (64 + 16) * 256 + scale_bytes + 1024
+    assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(cv=1))
+    assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(mc=2))  # multicast
+    assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(ahead=2))
+    assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(stages=16, cv=8))  # over the shared memory
+    # M class 128: one converter warpgroup only (two leave the MMA warpgroup too few registers)
+    wide = cuda_plans.fp8_cv_plans(256, 3072, 1536)
+    assert wide and all(p.mp == 128 and p.cg == 1 for p in wide)
+    assert not cuda_plans.is_valid(256, 3072, 1536, wide[0]._replace(cg=2))
+    assert cuda_plans.fp8_plans(16, 2112, 7168)[-len(plans):] == plans
+    monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)
+    monkeypatch.setattr(cuda, "compute_units", lambda device: 132)
+    cuda._candidates.cache_clear()
+    try:
+        assert not any(isinstance(p, Fp8Plan) and p.cv for p in cuda.candidates(16, 2112, 7168, "cuda"))
+        monkeypatch.setattr(cuda, "FP8_CV_CHECKED", True)
+        cuda._candidates.cache_clear()
+        assert [p for p in cuda.candidates(16, 2112, 7168, "cuda") if isinstance(p, Fp8Plan) and p.cv] == plans
     finally:
         cuda._candidates.cache_clear()
 

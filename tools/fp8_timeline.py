@@ -51,6 +51,7 @@ _END = _mark(9) + " " + _NOW + " tl_row[10] = g; tl_row[11] = clock64() - tl_t0;
 # (anchor in the kernel source, its replacement): each anchor must occur exactly once.
 _B_WAIT = "mbar_wait(&full_b[s], (lc / STAGES) & 1);\n"
 _RING_B = "            " + _B_WAIT + "            convert_b_fragments(frags, smem + s * STAGE, scales, lc, cur);\n"
+_CV_B = "                " + _B_WAIT + "                convert_b_fragments(frags, smem + s * B_BOX, scales, lc, frag);\n"
 _AHEAD_B = "                " + _B_WAIT + "                convert_b_fragments(frags, smem + s * STAGE, scales, lc, frag);\n"
 EDITS = (
     ("u16* __restrict__ c, const int m_size) {",
@@ -71,10 +72,17 @@ EDITS = (
     (_AHEAD_B, _AHEAD_B.replace(_B_WAIT, _B_WAIT + f"                if (t == 0 && lc == 0) {_mark(2)}\n")),
     ("            mbar_wait(&a_ahead_landed, 0);\n", f"            mbar_wait(&a_ahead_landed, 0);\n            if (t == 0) {_mark(4)}\n"),
     ("            griddep_wait();\n", f"            griddep_wait();\n            {_mark(3)}\n"),
+    # the plans with converter warpgroups (cv): B in the converters, A in the MMA warpgroup
+    (_CV_B, _CV_B.replace(_B_WAIT, _B_WAIT + f"                if (t == 0 && lc == 0) {_mark(2)}\n"
+                                             f"                if (t == 0 && lc == chunks - 1) {_mark(5)}\n")),
+    ("griddep_wait();  // only this warp waits for the quantization grid\n",
+     f"griddep_wait();  // only this warp waits for the quantization grid\n            {_mark(3)}\n"),
+    ("                mbar_wait(&full_a[xs], (lc / CV) & 1);\n",
+     f"                mbar_wait(&full_a[xs], (lc / CV) & 1);\n                if (wt == 0 && lc == 0) {_mark(4)}\n"),
     ("            mbar_wait(&full_a[s], ((lc - AHEAD) / STAGES) & 1);\n",
      f"            mbar_wait(&full_a[s], ((lc - AHEAD) / STAGES) & 1);\n            if (t == 0 && lc == 0) {_mark(4)}\n"),
-    ("        add_partial(acc, part);\n        mbar_wait(&a_exp_landed, 0);",
-     f"        add_partial(acc, part);\n        if (t == 0) {_mark(6)}\n        mbar_wait(&a_exp_landed, 0);"),
+    ("#endif\n        mbar_wait(&a_exp_landed, 0);",
+     f"#endif\n        if (t == (CV ? CONSUMERS : 0)) {_mark(6)}\n        mbar_wait(&a_exp_landed, 0);"),
     ("        if (inexact) {\n", f"        if (t == 0) {_mark(7)}\n        if (inexact) {{\n"),
     ("    store_split_sum<", f"    if (tid == 0) {_mark(8)}\n    store_split_sum<"),
 )

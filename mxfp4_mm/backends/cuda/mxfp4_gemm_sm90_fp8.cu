@@ -71,6 +71,9 @@
 #ifndef AHEAD
 #define AHEAD 0
 #endif
+#ifndef CV
+#define CV 0
+#endif
 
 #include "mxfp4_exact.h"
 #include "mxfp4_fold_sm90.h"
@@ -92,25 +95,31 @@ constexpr int BX_CHUNK = BN * KC;                  // a chunk of B converted to 
 constexpr int A_SLICE = A_CHUNK / MC;              // the part of an A chunk each CTA of a multicast group copies
 constexpr int GROUP_SCALES = SCOLS * 32;           // the scale bytes of one 32-row group of B
 constexpr int WG = 128;                            // threads of a warpgroup
-constexpr int CONSUMERS = CG * WG;
-constexpr int NTHREADS = CONSUMERS + 32;           // + the copy warp
+constexpr int CONSUMERS = CG * WG;                 // the warpgroups that convert B
+// CV > 0: the converters store B's e4m3 chunks to a ring of CV slots, one more warpgroup multiplies
+// them (and A, in a ring of as many slots) from shared memory, and B and A have a copy warp each.
+constexpr int WORKERS = CONSUMERS + (CV ? WG : 0);
+constexpr int NTHREADS = WORKERS + (CV ? 64 : 32);  // + the copy warp(s)
+constexpr int MMA_WGS = CV ? 1 : CG;               // the warpgroups that hold accumulators
+constexpr int B_STRIDE = CV ? B_BOX : STAGE;       // between B's slots in the ring
 constexpr int WG_BLOCKS = NB / CG;                 // a warpgroup's blocks of each chunk
 constexpr int ROW_INEXACT = -1000;
 constexpr int P_STRIDE = BN + 4;                   // floats per row of the partial tile (conflict-free stores)
-// Dynamic shared memory: STAGES * STAGE + AHEAD * (BX_CHUNK + A_CHUNK) + 2 * GROUP_SCALES + 1024
-// (plans.py's fp8_smem_bytes).
+// Dynamic shared memory: STAGES * B_STRIDE + (AHEAD + CV) * (BX_CHUNK + A_CHUNK) + 2 * GROUP_SCALES
+// + 1024 (plans.py's fp8_smem_bytes).
 
 static_assert(GK % KC == 0, "GK: whole chunks");
 static_assert(MP % 8 == 0 && MP >= 8 && MP <= 128, "MP: a wgmma n with a wrapper");
 static_assert(MP == 8 || MP == 16 || MP == 32 || MP == 64 || MP == 128, "MP: a wrapper of wgmma_sm90a.h");
 static_assert(STAGE % 1024 == 0, "stages stay 1024-byte aligned (the 128-byte swizzle)");
 static_assert(STAGES >= 2 && STAGES <= 16, "STAGES");
-static_assert(MP * P_STRIDE * 4 <= STAGES * STAGE, "the partial tile fits the ring");
+static_assert(MP * P_STRIDE * 4 <= STAGES * B_STRIDE + CV * (BX_CHUNK + A_CHUNK), "the partial tile fits the rings");
 static_assert(SPLITK >= 1 && SPLITK <= 8 && SPLITK <= CHUNKS, "SPLITK");
 static_assert(CG == 1 || CG == 2 || CG == 4, "CG: divides a chunk's blocks and its conversion items");
 static_assert((MC == 1 || MC == 2 || MC == 4) && MC * SPLITK <= 8, "MC: a cluster of at most 8 CTAs");
 // Every CTA has chunks left for the ring after its AHEAD ones (the fewest a CTA takes: CHUNKS / SPLITK).
 static_assert(AHEAD >= 0 && AHEAD < CHUNKS / SPLITK && (AHEAD == 0 || MC == 1), "AHEAD: A's ahead chunks copied whole by each CTA");
+static_assert(CV >= 0 && CV <= 16 && (CV == 0 || (MC == 1 && AHEAD == 0)), "CV: one CTA's copies, no chunks ahead");
 // A stage's consumers release it: every thread (MC = 1), or lane 0 of every warp of each CTA of the
 // multicast group on every CTA's barrier (MC > 1).
 constexpr int EMPTY_ARRIVALS = MC == 1 ? CONSUMERS : MC * CONSUMERS / 32;
@@ -125,7 +134,7 @@ __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wa
 __device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 // 2^p for p in [-126, 127] (the folded rows' exponents: A's in [-64, 64], B's b_max - 139 in [-76, 52]).
 __device__ __forceinline__ float pow2_normal(int p) { return __int_as_float((p + 127) << 23); }
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;\n" :: "n"(CONSUMERS) : "memory"); }
+__device__ __forceinline__ void workers_sync() { asm volatile("bar.sync 1, %0;\n" :: "n"(WORKERS) : "memory"); }
 __device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, %1;\n" :: "r"(2 + wg), "n"(WG) : "memory"); }
 
 // e4m3 bytes of the e2m1 magnitudes 0..7 times 2^d (d in [-5, 6]): exponent field + d. Code 0 stays 0.
@@ -352,6 +361,16 @@ __device__ __forceinline__ void issue_block_mmas_ss(float (&part)[MP / 8][4], u3
     wgmma_commit();
 }
 
+// CV: the MMA warpgroup's wgmmas of a whole chunk, B converted and A from their rings, one commit group.
+__device__ __forceinline__ void issue_chunk_mmas_ss(float (&part)[MP / 8][4], u32 b_chunk, u32 a_chunk) {
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < NB; ++s)
+        wgmma_ss_e4m3<MP>(part, wgmma_desc(b_chunk + 2 * s * BN * 16, BN * 16, 128),
+                          wgmma_desc(a_chunk + 2 * s * MP * 16, MP * 16, 128), s > 0);
+    wgmma_commit();
+}
+
 // A chunk of the M tile's A into a stage: one bulk copy, or this CTA's slice (x of MC) multicast to
 // its group, the cluster ranks group0 .. group0 + MC - 1. `full` expects the whole chunk either way.
 __device__ __forceinline__ void copy_a(u8* stage, const u8* a_tile, int chunk, u64* full, int x, int group0) {
@@ -391,7 +410,7 @@ __device__ float b_value(const u8* __restrict__ b_q, const u8* __restrict__ b_sc
 __device__ __noinline__ void exact_partial(const u16* __restrict__ a, const u8* __restrict__ b_q,
                                           const u8* __restrict__ b_scale_sh, float* part, int n0, int kb_begin,
                                           int kb_end, int m_size, int t) {
-    for (int p = t; p < m_size * BN; p += CONSUMERS) {
+    for (int p = t; p < m_size * BN; p += WORKERS) {
         const int m = p / BN, n = n0 + p % BN;
         float acc = 0.f;
         for (int kb = kb_begin; kb < kb_end && n < GN; ++kb) {
@@ -412,15 +431,18 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
     extern __shared__ __align__(1024) u8 smem_raw[];
     // B's and A's parts of a stage land on separate barriers: B's conversion need not wait for A
     // (at the start A comes later: it waits for the quantization grid).
-    __shared__ u64 full_b[STAGES], full_a[STAGES], empty[STAGES], scales_landed, a_exp_landed, a_ahead_landed;
+    __shared__ u64 full_b[STAGES], full_a[CV ? CV : STAGES], empty[STAGES], scales_landed, a_exp_landed, a_ahead_landed;
+#if CV
+    __shared__ u64 full_x[CV], empty_x[CV], empty_a[CV];  // the converted-B ring; A's ring is released on its own
+#endif
     __shared__ int b_max[BN], b_min[BN], inexact;
     __shared__ __align__(16) int a_row_exp[MP];  // the tile's A row exponents (one bulk copy)
     // The 128-byte swizzle repeats every 1024 bytes from a 1024-byte aligned address: the launch adds
     // 1 KB of slack, and the ring starts at the first such address (static shared memory comes first).
     u8* const smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    u8* const b_ahead = smem + STAGES * STAGE;       // AHEAD: B's first chunks as e4m3
-    u8* const a_ahead = b_ahead + AHEAD * BX_CHUNK;  // AHEAD: A's first chunks
-    u8* const scales = a_ahead + AHEAD * A_CHUNK;
+    u8* const b_ahead = smem + STAGES * B_STRIDE;    // AHEAD: B's first chunks as e4m3; CV: the converted ring
+    u8* const a_ahead = b_ahead + (AHEAD + CV) * BX_CHUNK;  // AHEAD: A's first chunks; CV: A's ring
+    u8* const scales = a_ahead + (AHEAD + CV) * A_CHUNK;
     float* const part_tile = reinterpret_cast<float*>(smem);  // after the last chunk: the ring is free
     // The warp index through a shuffle: ptxas then knows the roles are warp-uniform (asynchronous wgmmas).
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xFFFFFFFFu, tid >> 5, 0);
@@ -431,9 +453,17 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&full_b[s], 1);
-            mbar_init(&full_a[s], 1);
+            if constexpr (CV == 0) mbar_init(&full_a[s], 1);
             mbar_init(&empty[s], EMPTY_ARRIVALS);
         }
+#if CV
+        for (int s = 0; s < CV; ++s) {
+            mbar_init(&full_a[s], 1);
+            mbar_init(&empty_a[s], WG);
+            mbar_init(&full_x[s], CONSUMERS);
+            mbar_init(&empty_x[s], WG);
+        }
+#endif
         mbar_init(&scales_landed, 1);
         mbar_init(&a_exp_landed, 1);
         if constexpr (AHEAD > 0) mbar_init(&a_ahead_landed, 1);
@@ -446,13 +476,42 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
     // In the cluster (MC, SPLITK): this CTA is rank x + group0; its multicast group is its split's MC ranks.
     const int x = blockIdx.x % MC, group0 = MC * split;
 
-    const bool consumer = warp < CONSUMERS / 32;
+    const bool consumer = warp < WORKERS / 32;
     float acc[MP / 8][4], part[MP / 8][4];
 #pragma unroll
     for (int j = 0; j < MP / 8; ++j)
 #pragma unroll
         for (int q = 0; q < 4; ++q) acc[j][q] = part[j][q] = 0.f;
-    if (!consumer) {  // the copy warp: B's first stages, then (A ready) A's, then the ring
+    if (CV && !consumer) {  // CV: a copy warp for B's ring (scales first), one for A's (after the grid dependency)
+#if CV
+        if (lane == 0 && warp == WORKERS / 32) {
+            mbar_arrive_expect_bytes(&scales_landed, groups * GROUP_SCALES);
+            for (int g = 0; g < groups; ++g)
+                bulk_copy(scales + g * GROUP_SCALES, b_scale_sh + (size_t)(n0 / 32 + g) * GROUP_SCALES, GROUP_SCALES,
+                          &scales_landed);
+            for (int lc = 0; lc < chunks; ++lc) {
+                const int s = lc % STAGES;
+                if (lc >= STAGES) mbar_wait(&empty[s], (lc / STAGES - 1) & 1);
+                mbar_arrive_expect_bytes(&full_b[s], B_BOX);
+                tma_box(smem + s * B_BOX, b_map, (chunk_begin + lc) * KC / 2, n0, &full_b[s]);
+            }
+        } else if (lane == 0) {
+            griddep_wait();  // only this warp waits for the quantization grid
+            asm volatile("fence.proxy.async.global;\n" ::: "memory");  // A's bulk copies read what the first grid wrote
+            for (int lc = 0; lc < chunks; ++lc) {
+                const int s = lc % CV;
+                if (lc >= CV) mbar_wait(&empty_a[s], (lc / CV - 1) & 1);
+                mbar_arrive_expect_bytes(&full_a[s], A_CHUNK);
+                bulk_copy(a_ahead + s * A_CHUNK, a_tile + (size_t)(chunk_begin + lc) * A_CHUNK, A_CHUNK, &full_a[s]);
+                if (lc == min(CV, chunks) - 1) {  // the row exponents, for the epilogue, behind A's first slots
+                    mbar_arrive_expect_bytes(&a_exp_landed, MP * 4);
+                    bulk_copy(a_row_exp, a_exp + m0, MP * 4, &a_exp_landed);
+                }
+            }
+        }
+#endif
+        __syncwarp();
+    } else if (!consumer) {  // the copy warp: B's first stages, then (A ready) A's, then the ring
         if (lane == 0) {
             mbar_arrive_expect_bytes(&scales_landed, groups * GROUP_SCALES);
             for (int g = 0; g < groups; ++g)
@@ -499,11 +558,41 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
         const int t = tid, wg = warp / 4, wt = t % WG, b0 = wg * WG_BLOCKS;
         mbar_wait(&scales_landed, 0);
         if (wg == 0) scale_range(scales, b_max, b_min, wt);
-        consumers_sync();
+        workers_sync();
         if (t < BN && n0 + t < GN) {
             const int hi = b_max[t], lo = b_min[t];
             if (hi - lo > 11 || hi < 63 || hi > 191) inexact = 1;
         }
+#if CV
+        if (wg < CG) {  // a converter: B's codes from their ring to e4m3 in the converted ring
+            const BFragments frags = b_fragments(b_max, chunk_begin, b0, wt);
+            Fragments frag;
+#pragma unroll 1
+            for (int lc = 0; lc < chunks; ++lc) {
+                const int s = lc % STAGES, xs = lc % CV;
+                mbar_wait(&full_b[s], (lc / STAGES) & 1);
+                convert_b_fragments(frags, smem + s * B_BOX, scales, lc, frag);
+                mbar_arrive(&empty[s]);
+                if (lc >= CV) mbar_wait(&empty_x[xs], (lc / CV - 1) & 1);
+                store_fragments(b_ahead + xs * BX_CHUNK, frag, b0, wt);
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the stores, seen by the wgmmas
+                mbar_arrive(&full_x[xs]);
+            }
+        } else {  // the MMA warpgroup: a chunk's wgmmas, then its partial sum added, then its slots released
+#pragma unroll 1
+            for (int lc = 0; lc < chunks; ++lc) {
+                const int xs = lc % CV;
+                mbar_wait(&full_x[xs], (lc / CV) & 1);
+                mbar_wait(&full_a[xs], (lc / CV) & 1);
+                issue_chunk_mmas_ss(part, smem_addr(b_ahead + xs * BX_CHUNK), smem_addr(a_ahead + xs * A_CHUNK));
+                wgmma_wait<0>();
+                wgmma_keep(part);
+                mbar_arrive(&empty_x[xs]);
+                mbar_arrive(&empty_a[xs]);
+                add_partial(acc, part);
+            }
+        }
+#else
         const BFragments frags = b_fragments(b_max, chunk_begin, b0, wt);
         if constexpr (AHEAD > 0) {
             // the first AHEAD chunks converted and their stages released with no wait on A
@@ -556,12 +645,13 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
         keep_fragments(even);
         keep_fragments(odd);
         add_partial(acc, part);
+#endif
         mbar_wait(&a_exp_landed, 0);  // landed long ago: the copy warp issued it before the ring's refills
-        for (int m = t; m < MP; m += CONSUMERS) {
+        for (int m = t; m < MP; m += WORKERS) {
             const int e = a_row_exp[m];
             if (e == ROW_INEXACT && m0 + m < m_size) inexact = 1;
         }
-        consumers_sync();  // every chunk landed and was read: the ring becomes the partial tile; verdicts in
+        workers_sync();  // every chunk landed and was read: the ring becomes the partial tile; verdicts in
 
         if (inexact) {
             exact_partial(a + (size_t)m0 * GK, b_q, b_scale_sh, part_tile, n0, chunk_begin * NB,
@@ -577,8 +667,8 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             // 127 bias + 6 (B) + 6 (A); rows past N (b_max 0) are never stored: any normal factor will do
             const float fb0 = pow2_normal(max(b_max[r] - 139, -126)), fb1 = pow2_normal(max(b_max[r + 8] - 139, -126));
 #pragma unroll 1
-            for (int g = 0; g < CG; ++g) {
-                if (wg == g) {
+            for (int g = 0; g < MMA_WGS; ++g) {
+                if (wg == g + (CV ? CG : 0)) {
 #pragma unroll
                     for (int j = 0; j < MP / 8; ++j) {
                         const int m = 8 * j + m_pair;
@@ -592,7 +682,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
                         p[P_STRIDE + 8] = g ? p[P_STRIDE + 8] + v[3] : v[3];
                     }
                 }
-                if (CG > 1) consumers_sync();
+                if (MMA_WGS > 1) workers_sync();
             }
         }
     }

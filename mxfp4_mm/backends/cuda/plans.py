@@ -44,8 +44,11 @@ DEQUANT_THREADS = 256
 # stages: slots of its copy ring (`fp8_plan` fills as many as fit); split_k: CTAs along K (one
 # cluster, partial tiles summed in rank order); cg: consumer warpgroups sharing each chunk's blocks;
 # mc: neighbouring B tiles sharing A's copies by multicast (a cluster along N; N's tiles a multiple of it);
-# ahead: a CTA's first chunks of B converted into shared memory before A is waited for (0: none).
-Fp8Plan = collections.namedtuple("Fp8Plan", "kind mp stages split_k cg mc ahead", defaults=(1, 1, 1, 0))
+# ahead: a CTA's first chunks of B converted into shared memory before A is waited for (0: none);
+# cv: converter warpgroups (cg of them) store B's e4m3 chunks to a ring of cv slots that one more
+# warpgroup multiplies with A's (a ring of as many slots) from shared memory (0: the cg warpgroups
+# convert into registers and multiply themselves); stages is then the depth of B's code ring.
+Fp8Plan = collections.namedtuple("Fp8Plan", "kind mp stages split_k cg mc ahead cv", defaults=(1, 1, 1, 0, 0))
 FP8 = "f8"
 FP8_KC = 256  # K per chunk (the kernel's KC)
 FP8_BN = 64   # rows of B per CTA
@@ -90,8 +93,8 @@ def fp8_stage_bytes(mp: int) -> int:
 
 
 def fp8_threads(plan) -> int:
-    """The consumer warpgroups and the copy warp."""
-    return 128 * plan.cg + 32
+    """The consumer warpgroups and the copy warp; with cv, the MMA warpgroup and a second copy warp."""
+    return 128 * plan.cg + 32 + (160 if plan.cv else 0)
 
 
 def fp8_m_tiles(m: int, plan) -> int:
@@ -117,8 +120,14 @@ def fp8_smem_bytes(k: int, plan) -> int:
     """The fp8 kernel's dynamic shared memory: the ring, the chunks converted ahead, the CTA's B
     scales (two 32-row groups over all of K) and 1 KB of slack for the ring's 1024-byte alignment."""
     scale_cols = (k // 32 + 7) // 8 * 8
-    return (plan.stages * fp8_stage_bytes(plan.mp) + plan.ahead * fp8_ahead_chunk_bytes(plan.mp)
-            + 2 * scale_cols * 32 + 1024)
+    return fp8_ring_bytes(plan) + 2 * scale_cols * 32 + 1024
+
+
+def fp8_ring_bytes(plan) -> int:
+    """The ring (B's codes and A, or with cv B's codes only), the chunks converted ahead, and with cv
+    the converted ring and A's."""
+    b_slot = FP8_BN * FP8_KC // 2 if plan.cv else fp8_stage_bytes(plan.mp)
+    return plan.stages * b_slot + (plan.ahead + plan.cv) * fp8_ahead_chunk_bytes(plan.mp)
 
 
 def fp8_plan(m: int, k: int, split_k: int = 1, cg: int = 1):
@@ -154,7 +163,7 @@ def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12)
         if split == 1:
             plans.append(fp8_paired_plan(m, n, k, compute_units))
     offered = list(dict.fromkeys(plan for plan in plans if plan is not None and fp8_is_valid(m, n, k, plan)))[:limit]
-    return offered + fp8_ahead_plans(m, n, k, compute_units)
+    return offered + fp8_ahead_plans(m, n, k, compute_units) + fp8_cv_plans(m, n, k, compute_units)
 
 
 def fp8_ahead_plans(m: int, n: int, k: int, compute_units: int = 132) -> list:
@@ -178,6 +187,29 @@ def fp8_ahead_plans(m: int, n: int, k: int, compute_units: int = 132) -> list:
     return [plan for plan in plans if fp8_is_valid(m, n, k, plan)]
 
 
+def fp8_cv_plans(m: int, n: int, k: int, compute_units: int = 132) -> list:
+    """Plans whose converter warpgroups (cg) store B's e4m3 chunks for one MMA warpgroup (`cv`): the
+    converters need no accumulators, so two of them fit beside it, and they run ahead of A by the
+    converted ring. No split and the two largest splits of `fp8_plans`; converters 2 and 1; a
+    converted ring of 4 with B's code ring as deep as fits, and the deepest converted ring with 4."""
+    if k % FP8_KC or k // FP8_KC < 2:
+        return []
+    mp, tiles = fp8_mp(m), fp8_tiles(m, n)
+    splits = [s for s in range(2, min(8, k // FP8_KC) + 1) if tiles * s <= compute_units][-2:]
+    plans = []
+    for split in [1] + splits[::-1]:
+        per_cta = -(-(k // FP8_KC) // split)
+        for cg in (2, 1):
+            base = Fp8Plan(FP8, mp, 2, split, cg, 1, 0, 2)
+            room = MAX_SMEM - FP8_STATIC_SMEM - fp8_smem_bytes(k, base._replace(stages=0, cv=0))
+            b_slot, x_slot = FP8_BN * FP8_KC // 2, fp8_ahead_chunk_bytes(mp)
+            for cv in (min(4, per_cta), (room - 4 * b_slot) // x_slot):
+                cv = max(2, min(cv, per_cta, 16))
+                stages = max(2, min(per_cta, 16, (room - cv * x_slot) // b_slot))
+                plans.append(base._replace(stages=stages, cv=cv))
+    return list(dict.fromkeys(plan for plan in plans if fp8_is_valid(m, n, k, plan)))
+
+
 def fp8_paired_plan(m: int, n: int, k: int, compute_units: int = 132):
     """The largest split whose CTAs fit two an SM (a 2-stage ring, one warpgroup): twice the warps a
     scheduler to hide the chunk loop's latencies. 14.70 against 15.47 us for the best one-CTA-an-SM
@@ -197,6 +229,8 @@ def fp8_registers(plan) -> int:
     """A consumer thread's registers, estimated: two fp32 tiles of mp / 2 (the partial sum and its fp32
     promotion), two sets of B fragments (4 a k32 step: the chunk converted and the one multiplied) and
     ~40 for addresses and the conversion (nvcc 13.0 gave up to 20 more: the limit has the room)."""
+    if plan.cv:  # the MMA warpgroup's two tiles, or a converter's one set of fragments
+        return max(plan.mp + 40, 4 * (FP8_KC // 32 // plan.cg) + 48)
     return plan.mp + 2 * 4 * (FP8_KC // 32 // plan.cg) + 40
 
 
@@ -216,7 +250,8 @@ def fp8_is_valid(m: int, n: int, k: int, plan) -> bool:
             and k % FP8_KC == 0 and k // 32 <= 1024 and 2 <= plan.stages <= 16
             and 1 <= plan.split_k <= min(8, k // FP8_KC)
             and 0 <= plan.ahead < k // FP8_KC // plan.split_k and not (plan.ahead and plan.mc > 1)
-            and plan.mp * (FP8_BN + 4) * 4 <= plan.stages * fp8_stage_bytes(plan.mp)
+            and (plan.cv == 0 or (2 <= plan.cv <= 16 and plan.mc == 1 and plan.ahead == 0))
+            and plan.mp * (FP8_BN + 4) * 4 <= fp8_ring_bytes(plan)
             and fp8_smem_bytes(k, plan) + FP8_STATIC_SMEM <= MAX_SMEM)
 
 
@@ -281,8 +316,9 @@ def compile_options(n: int, k: int, plan) -> tuple:
         groups = (f"-DCG={plan.cg}",) if plan.cg > 1 else ()
         multicast = (f"-DMC={plan.mc}",) if plan.mc > 1 else ()
         ahead = (f"-DAHEAD={plan.ahead}",) if plan.ahead else ()
+        converted = (f"-DCV={plan.cv}",) if plan.cv else ()
         return (f"-DGN={n}", f"-DGK={k}", f"-DMP={plan.mp}", f"-DSTAGES={plan.stages}") + split + groups + multicast \
-            + ahead
+            + ahead + converted
     if isinstance(plan, PipePlan):
         values = dict(GN=n, GK=k, BN=plan.bn, BM=plan.bm, SPLITK=plan.split_k, KC=plan.kc, STAGES=plan.stages)
         if plan.cw:
