@@ -308,6 +308,9 @@ def test_fp8_ahead_plans_rules_and_offer(monkeypatch):
     monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)
     monkeypatch.setattr(cuda, "compute_units", lambda device: 132)
     cuda._candidates.cache_clear()
+    monkeypatch.setattr(cuda, "FP8_AHEAD_CHECKED", False)
+    monkeypatch.setattr(cuda_plans, "PLANS", {shape: fields for shape, fields in cuda_plans.PLANS.items()
+                                              if fields[0] != FP8})  # the table's plan leads: leave it out
     try:
         assert not any(isinstance(p, Fp8Plan) and p.ahead for p in cuda.candidates(16, 2112, 7168, "cuda"))
         monkeypatch.setattr(cuda, "FP8_AHEAD_CHECKED", True)
@@ -339,15 +342,46 @@ def test_fp8_cv_plans_rules_and_offer(monkeypatch):
     wide = cuda_plans.fp8_cv_plans(256, 3072, 1536)
     assert wide and all(p.mp == 128 and p.cg == 1 for p in wide)
     assert not cuda_plans.is_valid(256, 3072, 1536, wide[0]._replace(cg=2))
-    assert cuda_plans.fp8_plans(16, 2112, 7168)[-len(plans):] == plans
+    assert [p for p in cuda_plans.fp8_plans(16, 2112, 7168) if p.cv and not p.fq] == plans
     monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)
     monkeypatch.setattr(cuda, "compute_units", lambda device: 132)
     cuda._candidates.cache_clear()
+    monkeypatch.setattr(cuda, "FP8_CV_CHECKED", False)
     try:
         assert not any(isinstance(p, Fp8Plan) and p.cv for p in cuda.candidates(16, 2112, 7168, "cuda"))
         monkeypatch.setattr(cuda, "FP8_CV_CHECKED", True)
         cuda._candidates.cache_clear()
+        monkeypatch.setattr(cuda, "FP8_FQ_CHECKED", False)
+        cuda._candidates.cache_clear()
         assert [p for p in cuda.candidates(16, 2112, 7168, "cuda") if isinstance(p, Fp8Plan) and p.cv] == plans
+    finally:
+        cuda._candidates.cache_clear()
+
+
+def test_fp8_fused_quantization_plans_rules_and_offer(monkeypatch):
+    """A quantized inside the GEMM (`fq`): the converter plans with two quantization warpgroups, for
+    M classes up to 32 only (each CTA quantizes its M tile over its K range again), one launch;
+    offered to the tuner only once checked on a GPU."""
+    fused = [p for p in cuda_plans.fp8_plans(16, 2112, 7168) if p.fq]
+    assert fused == [p._replace(fq=2) for p in cuda_plans.fp8_cv_plans(16, 2112, 7168)]
+    plan = Fp8Plan(FP8, 16, 10, 3, 2, 1, 0, 4, 2)
+    assert plan in fused and cuda.plan_label(plan) == "f8.m16.q10.s3.g2.v4.f2"
+    assert cuda_plans.compile_options(2112, 7168, plan)[-2:] == ("-DCV=4", "-DFQ=2")
+    assert cuda_plans.plan_from_fields(tuple(plan)) == plan
+    assert cuda_plans.fp8_threads(plan) == (2 + 1 + 2) * 128 + 32  # converters, MMA, quantization, B's copy warp
+    assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(cv=0, stages=4))  # needs the converted ring
+    assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(fq=3))
+    assert not any(p.fq for p in cuda_plans.fp8_plans(64, 7168, 2048))  # M class 64: not offered
+    assert not cuda_plans.is_valid(64, 7168, 2048, Fp8Plan(FP8, 64, 8, 1, 1, 1, 0, 4, 2))
+    monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)
+    monkeypatch.setattr(cuda, "compute_units", lambda device: 132)
+    monkeypatch.setattr(cuda, "FP8_FQ_CHECKED", False)
+    cuda._candidates.cache_clear()
+    try:
+        assert not any(isinstance(p, Fp8Plan) and p.fq for p in cuda.candidates(16, 2112, 7168, "cuda"))
+        monkeypatch.setattr(cuda, "FP8_FQ_CHECKED", True)
+        cuda._candidates.cache_clear()
+        assert [p for p in cuda.candidates(16, 2112, 7168, "cuda") if isinstance(p, Fp8Plan) and p.fq] == fused
     finally:
         cuda._candidates.cache_clear()
 
@@ -359,6 +393,8 @@ def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
     # is what the flags offer beyond it
     monkeypatch.setattr(cuda_plans, "PLANS", {shape: fields for shape, fields in cuda_plans.PLANS.items()
                                               if fields[0] != FP8})
+    for later in ("FP8_AHEAD_CHECKED", "FP8_CV_CHECKED", "FP8_FQ_CHECKED"):  # their own tests above
+        monkeypatch.setattr(cuda, later, False)
     cuda._candidates.cache_clear()
     try:
         monkeypatch.setattr(cuda, "FP8_MEMCHECKED", False)
