@@ -524,6 +524,20 @@ def test_odd_shapes(m, n, k):
     _check(m, n, k, seed=m + n + k)
 
 
+# A quantized inside the GEMM (fq): partial M tiles (1, 5, 17), N with a partial B tile (48, 80), K of
+# one chunk, of three (split or not) and of 28 (more chunks than the rings), and the task's small-M shapes.
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 48, 256), (5, 80, 768), (17, 48, 7168), (8, 2112, 7168), (16, 2112, 7168),
+                                   (4, 2880, 512), (32, 4096, 512)])
+def test_fused_quantization_plans(shape):
+    if not _sm90():
+        pytest.skip("needs sm_90 (wgmma)")
+    plans = [p for p in cuda_plans.fp8_plans(*shape) if p.fq]
+    assert plans
+    for plan in plans:
+        _check(*shape, plan, seed=sum(shape))
+
+
 @pytest.mark.gpu
 def test_one_runner_follows_b_from_call_to_call():
     """B's tensor map is kept for the last address: a runner given other weights, then the first
