@@ -284,6 +284,23 @@ def test_fp8_labels_options_and_table_round_trip():
     assert cuda_plans.compile_options(7168, 2048, shared)[-3:] == ("-DSPLITK=2", "-DCG=4", "-DMC=4")
 
 
+def _assert_offered_once_checked(monkeypatch, flag, field, shape, expected):
+    """The fp8 plans with `field` set reach the tuner's candidates exactly when `flag` is set (the
+    table's own plan, which always leads, left out)."""
+    monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)
+    monkeypatch.setattr(cuda, "compute_units", lambda device: 132)
+    monkeypatch.setattr(cuda_plans, "PLANS", {key: fields for key, fields in cuda_plans.PLANS.items()
+                                              if fields[0] != FP8})
+    offered = lambda: [p for p in cuda.candidates(*shape, "cuda") if isinstance(p, Fp8Plan) and getattr(p, field)]
+    try:
+        for checked in (False, True):
+            monkeypatch.setattr(cuda, flag, checked)
+            cuda._candidates.cache_clear()
+            assert offered() == (expected if checked else [])
+    finally:
+        cuda._candidates.cache_clear()
+
+
 def test_fp8_ahead_plans_rules_and_offer(monkeypatch):
     """B's first chunks converted ahead of A: M up to 64, K of 8 chunks or more, as many chunks as the
     shared memory holds beside a 4-stage ring, at least one chunk of every CTA left to the ring, no
@@ -305,19 +322,7 @@ def test_fp8_ahead_plans_rules_and_offer(monkeypatch):
     assert cuda_plans.fp8_ahead_plans(128, 3072, 1536) == []  # M class 128: A lands with B's first chunk
     assert cuda_plans.fp8_ahead_plans(32, 4096, 512) == []  # 2 chunks: A is not late there
     assert [p for p in cuda_plans.fp8_plans(16, 2112, 7168) if p.ahead] == ahead
-    monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)
-    monkeypatch.setattr(cuda, "compute_units", lambda device: 132)
-    cuda._candidates.cache_clear()
-    monkeypatch.setattr(cuda, "FP8_AHEAD_CHECKED", False)
-    monkeypatch.setattr(cuda_plans, "PLANS", {shape: fields for shape, fields in cuda_plans.PLANS.items()
-                                              if fields[0] != FP8})  # the table's plan leads: leave it out
-    try:
-        assert not any(isinstance(p, Fp8Plan) and p.ahead for p in cuda.candidates(16, 2112, 7168, "cuda"))
-        monkeypatch.setattr(cuda, "FP8_AHEAD_CHECKED", True)
-        cuda._candidates.cache_clear()
-        assert [p for p in cuda.candidates(16, 2112, 7168, "cuda") if isinstance(p, Fp8Plan) and p.ahead] == ahead
-    finally:
-        cuda._candidates.cache_clear()
+    _assert_offered_once_checked(monkeypatch, "FP8_AHEAD_CHECKED", "ahead", (16, 2112, 7168), ahead)
 
 
 def test_fp8_cv_plans_rules_and_offer(monkeypatch):
@@ -343,17 +348,7 @@ def test_fp8_cv_plans_rules_and_offer(monkeypatch):
     assert wide and all(p.mp == 128 and p.cg == 1 for p in wide)
     assert not cuda_plans.is_valid(256, 3072, 1536, wide[0]._replace(cg=2))
     assert [p for p in cuda_plans.fp8_plans(16, 2112, 7168) if p.cv] == plans
-    monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)
-    monkeypatch.setattr(cuda, "compute_units", lambda device: 132)
-    cuda._candidates.cache_clear()
-    monkeypatch.setattr(cuda, "FP8_CV_CHECKED", False)
-    try:
-        assert not any(isinstance(p, Fp8Plan) and p.cv for p in cuda.candidates(16, 2112, 7168, "cuda"))
-        monkeypatch.setattr(cuda, "FP8_CV_CHECKED", True)
-        cuda._candidates.cache_clear()
-        assert [p for p in cuda.candidates(16, 2112, 7168, "cuda") if isinstance(p, Fp8Plan) and p.cv] == plans
-    finally:
-        cuda._candidates.cache_clear()
+    _assert_offered_once_checked(monkeypatch, "FP8_CV_CHECKED", "cv", (16, 2112, 7168), plans)
 
 
 def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
