@@ -149,7 +149,8 @@ def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12)
     at the deepest ring that fits, 2 and 1 at 4 stages (fewer A copies in flight at once: 15.4 vs 17.0 us
     at 64x7168x2048 with one warpgroup, H100), then A's copies shared by 4 and 2 B tiles (multicast).
     After the unsplit plans, one plan with two CTAs an SM (`fp8_paired_plan`). Past the limit, the
-    plans that convert B's first chunks ahead of A (`fp8_ahead_plans`)."""
+    plans that convert B's first chunks ahead of A (`fp8_ahead_plans`) and those with converter
+    warpgroups (`fp8_cv_plans`)."""
     if k % FP8_KC:
         return []
     tiles = fp8_tiles(m, n)
