@@ -347,28 +347,8 @@ def test_fp8_cv_plans_rules_and_offer(monkeypatch):
     wide = cuda_plans.fp8_cv_plans(256, 3072, 1536)
     assert wide and all(p.mp == 128 and p.cg == 1 for p in wide)
     assert not cuda_plans.is_valid(256, 3072, 1536, wide[0]._replace(cg=2))
-    assert [p for p in cuda_plans.fp8_plans(16, 2112, 7168) if p.cv and not p.fq] == plans
-    monkeypatch.setattr(cuda, "FP8_FQ_CHECKED", False)
+    assert [p for p in cuda_plans.fp8_plans(16, 2112, 7168) if p.cv] == plans
     _assert_offered_once_checked(monkeypatch, "FP8_CV_CHECKED", "cv", (16, 2112, 7168), plans)
-
-
-def test_fp8_fused_quantization_plans_rules_and_offer(monkeypatch):
-    """A quantized inside the GEMM (`fq`): the converter plans with two quantization warpgroups, for
-    M classes up to 16 only (each CTA quantizes its M tile over its K range again; at 32 a thread's
-    two chunks of A in flight would spill), one launch; offered to the tuner only once checked on a GPU."""
-    fused = [p for p in cuda_plans.fp8_plans(16, 2112, 7168) if p.fq]
-    assert fused == [p._replace(fq=2) for p in cuda_plans.fp8_cv_plans(16, 2112, 7168)]
-    plan = Fp8Plan(FP8, 16, 10, 3, 2, 1, 0, 4, 2)
-    assert plan in fused and cuda.plan_label(plan) == "f8.m16.q10.s3.g2.v4.f2"
-    assert cuda_plans.compile_options(2112, 7168, plan)[-2:] == ("-DCV=4", "-DFQ=2")
-    assert cuda_plans.plan_from_fields(tuple(plan)) == plan
-    assert cuda_plans.fp8_threads(plan) == (2 + 1 + 2) * 128 + 32  # converters, MMA, quantization, B's copy warp
-    assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(cv=0, stages=4))  # needs the converted ring
-    assert not cuda_plans.is_valid(16, 2112, 7168, plan._replace(fq=3))
-    assert not any(p.fq for p in cuda_plans.fp8_plans(64, 7168, 2048))  # M class 64: not offered
-    assert not any(p.fq for p in cuda_plans.fp8_plans(32, 4096, 512))  # M class 32: not offered
-    assert not cuda_plans.is_valid(64, 7168, 2048, Fp8Plan(FP8, 64, 8, 1, 1, 1, 0, 4, 2))
-    _assert_offered_once_checked(monkeypatch, "FP8_FQ_CHECKED", "fq", (16, 2112, 7168), fused)
 
 
 def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
@@ -378,7 +358,7 @@ def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
     # is what the flags offer beyond it
     monkeypatch.setattr(cuda_plans, "PLANS", {shape: fields for shape, fields in cuda_plans.PLANS.items()
                                               if fields[0] != FP8})
-    for later in ("FP8_AHEAD_CHECKED", "FP8_CV_CHECKED", "FP8_FQ_CHECKED"):  # their own tests above
+    for later in ("FP8_AHEAD_CHECKED", "FP8_CV_CHECKED"):  # their own tests above
         monkeypatch.setattr(cuda, later, False)
     cuda._candidates.cache_clear()
     try:
@@ -507,20 +487,6 @@ def test_odd_shapes(m, n, k):
     if not _sm90():
         pytest.skip("needs sm_90 (wgmma)")
     _check(m, n, k, seed=m + n + k)
-
-
-# A quantized inside the GEMM (fq): partial M tiles (1, 5, 13), N with a partial B tile (48, 80), K of
-# two chunks, of three (split or not) and of 28 (more chunks than the rings), and the task's small-M shapes.
-@pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(1, 48, 512), (5, 80, 768), (13, 48, 7168), (8, 2112, 7168), (16, 2112, 7168),
-                                   (4, 2880, 512)])
-def test_fused_quantization_plans(shape):
-    if not _sm90():
-        pytest.skip("needs sm_90 (wgmma)")
-    plans = [p for p in cuda_plans.fp8_plans(*shape) if p.fq]
-    assert plans
-    for plan in plans:
-        _check(*shape, plan, seed=sum(shape))
 
 
 @pytest.mark.gpu

@@ -81,8 +81,8 @@ EDITS = (
      f"                mbar_wait(&full_a[xs], (lc / CV) & 1);\n                if (wt == 0 && lc == 0) {_mark(4)}\n"),
     ("            mbar_wait(&full_a[s], ((lc - AHEAD) / STAGES) & 1);\n",
      f"            mbar_wait(&full_a[s], ((lc - AHEAD) / STAGES) & 1);\n            if (t == 0 && lc == 0) {_mark(4)}\n"),
-    ("#endif\n        if (!FQ) mbar_wait(&a_exp_landed, 0);",
-     f"#endif\n        if (t == (CV ? CONSUMERS : 0)) {_mark(6)}\n        if (!FQ) mbar_wait(&a_exp_landed, 0);"),
+    ("#endif\n        mbar_wait(&a_exp_landed, 0);",
+     f"#endif\n        if (t == (CV ? CONSUMERS : 0)) {_mark(6)}\n        mbar_wait(&a_exp_landed, 0);"),
     ("        if (inexact) {\n", f"        if (t == 0) {_mark(7)}\n        if (inexact) {{\n"),
     ("    store_split_sum<", f"    if (tid == 0) {_mark(8)}\n    store_split_sum<"),
 )

@@ -74,13 +74,10 @@ FP8_AHEAD_CHECKED = True
 # Plans whose converter warpgroups feed one MMA warpgroup through shared memory (Fp8Plan.cv): offered
 # once their GPU tests and memcheck have passed.
 FP8_CV_CHECKED = True
-# Plans that quantize A inside the GEMM (Fp8Plan.fq, one launch): offered once their GPU tests and
-# memcheck have passed.
-FP8_FQ_CHECKED = False
 
 
 @functools.lru_cache(maxsize=256)
-def _candidates(m, n, k, units, pipe, tma, fp8, fp8_fields, fp8_max_split, fp8_ahead, fp8_cv, fp8_fq):
+def _candidates(m, n, k, units, pipe, tma, fp8, fp8_fields, fp8_max_split, fp8_ahead, fp8_cv):
     first = plan_for_shape(m, n, k, units)
     plans = [first] + [plan for plan in ranked_plans(m, n, k, units, MAX_CANDIDATES) if plan != first]
     plans = plans[:MAX_CANDIDATES]
@@ -89,8 +86,7 @@ def _candidates(m, n, k, units, pipe, tma, fp8, fp8_fields, fp8_max_split, fp8_a
     if fp8:
         plans += [plan for plan in fp8_plans(m, n, k, units)
                   if plan != first and (fp8_fields or (plan.cg == 1 and plan.mc == 1 and m <= plan.mp))
-                  and plan.split_k <= fp8_max_split and (fp8_ahead or not plan.ahead) and (fp8_cv or not plan.cv)
-                  and (fp8_fq or not plan.fq)]
+                  and plan.split_k <= fp8_max_split and (fp8_ahead or not plan.ahead) and (fp8_cv or not plan.cv)]
     if pipe:
         plans += [plan for plan in pipe_plans(m, n, k, units, PIPE_CANDIDATES, tma) if plan != first]
     return plans
@@ -112,8 +108,7 @@ def candidates(m: int, n: int, k: int, device: torch.device) -> list:
     µs slower than the table on the H200, notes/cuda.md). No compilation."""
     sm90 = offers_pipe(device)
     return list(_candidates(m, n, k, compute_units(device), sm90, PIPE_TMA_MEMCHECKED, FP8_MEMCHECKED and sm90,
-                                FP8_FIELDS_MEMCHECKED, FP8_MEMCHECKED_MAX_SPLIT, FP8_AHEAD_CHECKED, FP8_CV_CHECKED,
-                                FP8_FQ_CHECKED))
+                                FP8_FIELDS_MEMCHECKED, FP8_MEMCHECKED_MAX_SPLIT, FP8_AHEAD_CHECKED, FP8_CV_CHECKED))
 
 
 def plan_label(plan) -> str:
@@ -123,15 +118,13 @@ def plan_label(plan) -> str:
     copy warps where there are any and ".t" for tensor-map copies. The DequantPlan: "dq.cublas". An
     fp8 plan: "f8.m64.q7" (rows of A per CTA, stages), then ".s4" for split-K, ".g2" for consumer
     warpgroups and ".x4" for B tiles sharing A's copies, where there is more than one, ".a6" for
-    the chunks of B converted ahead of A, ".v4" for the converted ring of converter warpgroups and ".f2"
-    for the warpgroups that quantize A inside the GEMM."""
+    the chunks of B converted ahead of A and ".v4" for the converted ring of converter warpgroups."""
     if isinstance(plan, DequantPlan):
         return "dq.cublas"
     if isinstance(plan, Fp8Plan):
         return (f"f8.m{plan.mp}.q{plan.stages}" + (f".s{plan.split_k}" if plan.split_k > 1 else "")
                 + (f".g{plan.cg}" if plan.cg > 1 else "") + (f".x{plan.mc}" if plan.mc > 1 else "")
-                + (f".a{plan.ahead}" if plan.ahead else "") + (f".v{plan.cv}" if plan.cv else "")
-                + (f".f{plan.fq}" if plan.fq else ""))
+                + (f".a{plan.ahead}" if plan.ahead else "") + (f".v{plan.cv}" if plan.cv else ""))
     if isinstance(plan, PipePlan):
         label = f"p.n{plan.bn}.m{plan.bm}.s{plan.split_k}.k{plan.kc}.q{plan.stages}"
         return label + (f".w{plan.cw}" if plan.cw else "") + (".t" if plan.tma else "")
@@ -276,15 +269,6 @@ def _fp8_launcher(m, n, k, device, plan):
     b_map_of = _map_of_last_address(
         lambda address: runtime.tensor_map_2d(device, address, 1, n, k // 2, k // 2, FP8_BN, 128,
                                               swizzle=runtime.SWIZZLE_128B))
-
-    if plan.fq:  # A quantized inside the GEMM: one launch, nothing to wait for
-        launch_fused = gemm.launcher("Tppppppi")
-
-        def run_fused(a, b_q, b_scale_sh, out):
-            launch_fused(dims, (fp8_threads(plan), 1, 1), shared, b_map_of(b_q.data_ptr()), b_scale_sh, a, a, a, b_q,
-                         out, m)
-
-        return run_fused
 
     def run(a, b_q, b_scale_sh, out):
         scratch = torch.empty(a_bytes + 4 * rows, dtype=torch.uint8, device=a.device)

@@ -74,9 +74,6 @@
 #ifndef CV
 #define CV 0
 #endif
-#ifndef FQ
-#define FQ 0
-#endif
 
 #include "mxfp4_exact.h"
 #include "mxfp4_fold_sm90.h"
@@ -101,10 +98,8 @@ constexpr int WG = 128;                            // threads of a warpgroup
 constexpr int CONSUMERS = CG * WG;                 // the warpgroups that convert B
 // CV > 0: the converters store B's e4m3 chunks to a ring of CV slots, one more warpgroup multiplies
 // them (and A, in a ring of as many slots) from shared memory, and B and A have a copy warp each.
-// FQ > 0 (with CV): no first kernel; FQ more warpgroups quantize A's chunks from bf16 into A's ring,
-// each chunk with its own row exponents (applied as its partial sum is added), and no A copy warp.
-constexpr int WORKERS = CONSUMERS + (CV ? WG : 0) + FQ * WG;
-constexpr int NTHREADS = WORKERS + (CV && !FQ ? 64 : 32);  // + the copy warp(s)
+constexpr int WORKERS = CONSUMERS + (CV ? WG : 0);
+constexpr int NTHREADS = WORKERS + (CV ? 64 : 32);  // + the copy warp(s)
 constexpr int MMA_WGS = CV ? 1 : CG;               // the warpgroups that hold accumulators
 constexpr int B_STRIDE = CV ? B_BOX : STAGE;       // between B's slots in the ring
 constexpr int WG_BLOCKS = NB / CG;                 // a warpgroup's blocks of each chunk
@@ -125,7 +120,6 @@ static_assert((MC == 1 || MC == 2 || MC == 4) && MC * SPLITK <= 8, "MC: a cluste
 // Every CTA has chunks left for the ring after its AHEAD ones (the fewest a CTA takes: CHUNKS / SPLITK).
 static_assert(AHEAD >= 0 && AHEAD < CHUNKS / SPLITK && (AHEAD == 0 || MC == 1), "AHEAD: A's ahead chunks copied whole by each CTA");
 static_assert(CV >= 0 && CV <= 16 && (CV == 0 || (MC == 1 && AHEAD == 0)), "CV: one CTA's copies, no chunks ahead");
-static_assert(FQ >= 0 && FQ <= 2 && (FQ == 0 || CV > 0), "FQ: quantization warpgroups feed the MMA warpgroup's ring");
 // A stage's consumers release it: every thread (MC = 1), or lane 0 of every warp of each CTA of the
 // multicast group on every CTA's barrier (MC > 1).
 constexpr int EMPTY_ARRIVALS = MC == 1 ? CONSUMERS : MC * CONSUMERS / 32;
@@ -182,33 +176,6 @@ __device__ __forceinline__ int a_permuted_offset(int m, int block, int word, int
     return a_offset(m, chunk * (KC / 16) + 2 * s + half) + 4 * (b % 4);
 }
 
-// A block's amax on magnitude bits (bf16 orders like unsigned integers; NaN sorts last).
-__device__ __forceinline__ u32 block_amax(const uint4 (&v)[4]) {
-    const u32* w = reinterpret_cast<const u32*>(v);
-    u32 pair = 0;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) pair = max_u16x2(pair, w[i] & 0x7FFF7FFFu);
-    return max(pair & 0xFFFFu, pair >> 16);
-}
-
-// A block's values rounded as the reference rounds them (e2m1_round, block exponent e), times 2^d: exact
-// e4m3 values, as bytes (word w of the block: values 8w..8w+7).
-__device__ __forceinline__ void block_e4m3(const uint4 (&v)[4], int e, int d, uint2 (&out)[4]) {
-    const u32* w = reinterpret_cast<const u32*>(v);
-    const float inverse = pow2_exact(-e), step = pow2_exact(max(d, -5));
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        float x[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const u32 word = w[(8 * i + j) / 2];
-            const float q = __uint_as_float(j & 1 ? word & 0xFFFF0000u : word << 16) * inverse;
-            x[j] = copysignf(e2m1_round(fabsf(q)), q) * step;
-        }
-        out[i] = make_uint2(e4m3x4(x[0], x[1], x[2], x[3]), e4m3x4(x[4], x[5], x[6], x[7]));
-    }
-}
-
 extern "C" __global__ void __launch_bounds__(1024)
 mxfp4_quant_a_e4m3(const u16* __restrict__ a, u8* __restrict__ a_e4m3, int* __restrict__ a_exp, int m_size) {
     griddep_launch_dependents();  // the GEMM's CTAs may start now: they wait for this grid's writes
@@ -222,14 +189,30 @@ mxfp4_quant_a_e4m3(const u16* __restrict__ a, u8* __restrict__ a_e4m3, int* __re
 #pragma unroll
         for (int i = 0; i < 4; ++i) v[i] = ld_global_nc(a + (size_t)m * GK + blk * 32 + 8 * i);
     }
-    const u32 amax = block_amax(v);
+    const u32* w = reinterpret_cast<const u32*>(v);
+    u32 pair = 0;  // amax on magnitude bits (bf16 orders like unsigned integers; NaN sorts last)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) pair = max_u16x2(pair, w[i] & 0x7FFF7FFFu);
+    const u32 amax = max(pair & 0xFFFFu, pair >> 16);
     const int e = block_exponent(amax);  // kernels/mxfp4_exact.h (NaN sorts last, as the reference)
     if (live) atomicMax(&row_max, e);
     __syncthreads();
     const int emax = row_max, d = e - emax + 6;
     if (live && amax != 0 && d < -5) row_inexact = 1;
+    // each value rounded as the reference rounds it (e2m1_round), times 2^d: an exact e4m3 value
+    const float inverse = pow2_exact(-e), step = pow2_exact(max(d, -5));
     uint2 out[4];
-    block_e4m3(v, e, d, out);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const u32 word = w[(8 * i + j) / 2];
+            const float q = __uint_as_float(j & 1 ? word & 0xFFFF0000u : word << 16) * inverse;
+            v[j] = copysignf(e2m1_round(fabsf(q)), q) * step;
+        }
+        out[i] = make_uint2(e4m3x4(v[0], v[1], v[2], v[3]), e4m3x4(v[4], v[5], v[6], v[7]));
+    }
     if (block) {
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
@@ -417,73 +400,6 @@ __device__ __forceinline__ void add_partial(float (&acc)[MP / 8][4], float (&par
         for (int q = 0; q < 4; ++q) acc[j][q] += part[j][q];
 }
 
-#if FQ
-// FQ: a chunk's partial sum added with its tokens' row exponents (d[j][q]: token 8j + 2 (lane % 4), +1
-// for odd q): exact factors, and one rounding in the FMA as in the add it replaces.
-__device__ __forceinline__ void add_chunk_partial(float (&acc)[MP / 8][4], float (&part)[MP / 8][4], const int* exps,
-                                                  int lane) {
-#pragma unroll
-    for (int j = 0; j < MP / 8; ++j) {
-        const int m = 8 * j + 2 * (lane & 3);
-        const float f0 = pow2_normal(exps[m]), f1 = pow2_normal(exps[m + 1]);
-        acc[j][0] = fmaf(part[j][0], f0, acc[j][0]);
-        acc[j][1] = fmaf(part[j][1], f1, acc[j][1]);
-        acc[j][2] = fmaf(part[j][2], f0, acc[j][2]);
-        acc[j][3] = fmaf(part[j][3], f1, acc[j][3]);
-    }
-}
-
-// FQ: a quantization thread's (row, block) items of a chunk: MP * NB of them over a warpgroup, a row's
-// blocks in 8 neighbouring lanes (MP * NB is a multiple of 32: whole warps take part).
-constexpr int Q_ITEMS = (MP * NB + WG - 1) / WG;
-struct AChunk {
-    uint4 v[Q_ITEMS][4];  // the items' bf16 values (zeros past M)
-};
-
-// FQ: the thread's items of A's chunk from k0 on, loaded a chunk ahead of their quantization.
-__device__ __forceinline__ AChunk load_a_chunk(const u16* __restrict__ a, int m0, int k0, int m_size, int wt) {
-    AChunk c;
-#pragma unroll
-    for (int j = 0; j < Q_ITEMS; ++j) {
-        const int i = wt + j * WG, m = m0 + i / NB;
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-            c.v[j][q] = i < MP * NB && m < m_size ? ld_global_nc(a + (size_t)m * GK + k0 + i % NB * 32 + 8 * q)
-                                                  : make_uint4(0, 0, 0, 0);
-    }
-    return c;
-}
-
-// FQ: the loaded chunk quantized as mxfp4_quant_a_e4m3 quantizes a row but with the row's exponent over
-// this chunk only, into a slot of A's ring (the chunk layout) and the chunk's row exponents. True where
-// a row of the chunk does not fold.
-__device__ __forceinline__ bool quantize_chunk(const AChunk& c, u8* slot, int* exps, int wt) {
-    bool inexact = false;
-#pragma unroll
-    for (int j = 0; j < Q_ITEMS; ++j) {
-        const int i = wt + j * WG, r = i / NB, b = i % NB;
-        if (i >= MP * NB) break;  // warp-uniform
-        const u32 amax = block_amax(c.v[j]);
-        const int e = block_exponent(amax);
-        int emax = e;
-#pragma unroll
-        for (int o = 1; o < NB; o <<= 1) emax = max(emax, __shfl_xor_sync(0xFFFFFFFFu, emax, o));
-        const int d = e - emax + 6;
-        if (amax != 0 && d < -5) inexact = true;
-        if (emax != -127 && (emax < -64 || emax > 64)) inexact = true;  // NaN and inf blocks: 127
-        uint2 out[4];
-        block_e4m3(c.v[j], e, d, out);
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-            *reinterpret_cast<u32*>(slot + a_permuted_offset(r, b, w, 0)) = out[w].x;
-            *reinterpret_cast<u32*>(slot + a_permuted_offset(r, b, w, 1)) = out[w].y;
-        }
-        if (b == 0) exps[r] = emax == -127 ? 0 : emax;
-    }
-    return inexact;
-}
-#endif
-
 __device__ float b_value(const u8* __restrict__ b_q, const u8* __restrict__ b_scale_sh, int n, int k) {
     const u32 byte = b_q[(size_t)n * (GK / 2) + k / 2];
     return e2m1_e8m0_value(k & 1 ? byte >> 4 : byte & 15u, b_scale_sh[scale_index(n, k / 32)]);
@@ -519,9 +435,6 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
 #if CV
     __shared__ u64 full_x[CV], empty_x[CV], empty_a[CV];  // the converted-B ring; A's ring is released on its own
 #endif
-#if FQ
-    __shared__ int chunk_exp[CV][MP];  // FQ: the row exponents of each chunk in A's ring
-#endif
     __shared__ int b_max[BN], b_min[BN], inexact;
     __shared__ __align__(16) int a_row_exp[MP];  // the tile's A row exponents (one bulk copy)
     // The 128-byte swizzle repeats every 1024 bytes from a 1024-byte aligned address: the launch adds
@@ -545,7 +458,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
         }
 #if CV
         for (int s = 0; s < CV; ++s) {
-            mbar_init(&full_a[s], FQ ? WG : 1);  // FQ: a quantization warpgroup's threads
+            mbar_init(&full_a[s], 1);
             mbar_init(&empty_a[s], WG);
             mbar_init(&full_x[s], CONSUMERS);
             mbar_init(&empty_x[s], WG);
@@ -572,10 +485,6 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
     if (CV && !consumer) {  // CV: a copy warp for B's ring (scales first), one for A's (after the grid dependency)
 #if CV
         if (lane == 0 && warp == WORKERS / 32) {
-            if constexpr (FQ > 0) {  // the CTA's rows of A requested into L2 ahead of B's flood
-                for (int r = 0; r < MP && m0 + r < m_size; ++r)
-                    prefetch_l2(a + (size_t)(m0 + r) * GK + chunk_begin * KC, chunks * KC * 2);
-            }
             mbar_arrive_expect_bytes(&scales_landed, groups * GROUP_SCALES);
             for (int g = 0; g < groups; ++g)
                 bulk_copy(scales + g * GROUP_SCALES, b_scale_sh + (size_t)(n0 / 32 + g) * GROUP_SCALES, GROUP_SCALES,
@@ -586,7 +495,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
                 mbar_arrive_expect_bytes(&full_b[s], B_BOX);
                 tma_box(smem + s * B_BOX, b_map, (chunk_begin + lc) * KC / 2, n0, &full_b[s]);
             }
-        } else if (!FQ && lane == 0) {
+        } else if (lane == 0) {
             griddep_wait();  // only this warp waits for the quantization grid
             asm volatile("fence.proxy.async.global;\n" ::: "memory");  // A's bulk copies read what the first grid wrote
             for (int lc = 0; lc < chunks; ++lc) {
@@ -669,7 +578,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the stores, seen by the wgmmas
                 mbar_arrive(&full_x[xs]);
             }
-        } else if (wg == CG) {  // the MMA warpgroup: a chunk's wgmmas, then its partial sum added, then its slots released
+        } else {  // the MMA warpgroup: a chunk's wgmmas, then its partial sum added, then its slots released
 #pragma unroll 1
             for (int lc = 0; lc < chunks; ++lc) {
                 const int xs = lc % CV;
@@ -678,31 +587,11 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
                 issue_chunk_mmas_ss(part, smem_addr(b_ahead + xs * BX_CHUNK), smem_addr(a_ahead + xs * A_CHUNK));
                 wgmma_wait<0>();
                 wgmma_keep(part);
-#if FQ
-                add_chunk_partial(acc, part, chunk_exp[xs], lane);  // before the slot is released
-#endif
                 mbar_arrive(&empty_x[xs]);
                 mbar_arrive(&empty_a[xs]);
-                if constexpr (!FQ) add_partial(acc, part);
+                add_partial(acc, part);
             }
         }
-#if FQ
-        else {  // a quantization warpgroup: every FQ-th chunk of A, from bf16 into A's ring
-            const int first = wg - CG - 1;
-            AChunk next = {};  // a warpgroup past the CTA's last chunk loads nothing (K's end, or a peer's range)
-            if (first < chunks) next = load_a_chunk(a, m0, (chunk_begin + first) * KC, m_size, wt);
-#pragma unroll 1
-            for (int lc = first; lc < chunks; lc += FQ) {
-                const AChunk cur = next;
-                if (lc + FQ < chunks) next = load_a_chunk(a, m0, (chunk_begin + lc + FQ) * KC, m_size, wt);
-                const int xs = lc % CV;
-                if (lc >= CV) mbar_wait(&empty_a[xs], (lc / CV - 1) & 1);
-                if (quantize_chunk(cur, a_ahead + xs * A_CHUNK, chunk_exp[xs], wt)) inexact = 1;
-                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the stores, seen by the wgmmas
-                mbar_arrive(&full_a[xs]);
-            }
-        }
-#endif
 #else
         const BFragments frags = b_fragments(b_max, chunk_begin, b0, wt);
         if constexpr (AHEAD > 0) {
@@ -757,8 +646,8 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
         keep_fragments(odd);
         add_partial(acc, part);
 #endif
-        if (!FQ) mbar_wait(&a_exp_landed, 0);  // landed long ago: the copy warp issued it before the ring's refills
-        for (int m = t; !FQ && m < MP; m += WORKERS) {
+        mbar_wait(&a_exp_landed, 0);  // landed long ago: the copy warp issued it before the ring's refills
+        for (int m = t; m < MP; m += WORKERS) {
             const int e = a_row_exp[m];
             if (e == ROW_INEXACT && m0 + m < m_size) inexact = 1;
         }
@@ -784,8 +673,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
                     for (int j = 0; j < MP / 8; ++j) {
                         const int m = 8 * j + m_pair;
                         float* p = part_tile + m * P_STRIDE + r;
-                        // (FQ: the chunks' row exponents are in acc already)
-                        const float fa0 = FQ ? 1.f : pow2_normal(a_row_exp[m]), fa1 = FQ ? 1.f : pow2_normal(a_row_exp[m + 1]);
+                        const float fa0 = pow2_normal(a_row_exp[m]), fa1 = pow2_normal(a_row_exp[m + 1]);
                         const float v[4] = {acc[j][0] * fa0 * fb0, acc[j][1] * fa1 * fb0,
                                             acc[j][2] * fa0 * fb1, acc[j][3] * fa1 * fb1};
                         p[0] = g ? p[0] + v[0] : v[0];

@@ -47,10 +47,8 @@ DEQUANT_THREADS = 256
 # ahead: a CTA's first chunks of B converted into shared memory before A is waited for (0: none);
 # cv: converter warpgroups (cg of them) store B's e4m3 chunks to a ring of cv slots that one more
 # warpgroup multiplies with A's (a ring of as many slots) from shared memory (0: the cg warpgroups
-# convert into registers and multiply themselves); stages is then the depth of B's code ring;
-# fq (with cv): warpgroups that quantize A's chunks from bf16 inside the GEMM (one launch, no first
-# kernel; each chunk with its own row exponents).
-Fp8Plan = collections.namedtuple("Fp8Plan", "kind mp stages split_k cg mc ahead cv fq", defaults=(1, 1, 1, 0, 0, 0))
+# convert into registers and multiply themselves); stages is then the depth of B's code ring.
+Fp8Plan = collections.namedtuple("Fp8Plan", "kind mp stages split_k cg mc ahead cv", defaults=(1, 1, 1, 0, 0))
 FP8 = "f8"
 FP8_KC = 256  # K per chunk (the kernel's KC)
 FP8_BN = 64   # rows of B per CTA
@@ -58,7 +56,6 @@ FP8_MPS = (8, 16, 32, 64, 128)  # the wgmma n sizes of the e4m3 wrappers in wgmm
 FP8_CGS = (1, 2, 4)  # consumer warpgroups: each takes 8 / cg of a chunk's 32-value blocks
 FP8_MCS = (1, 2, 4)  # B tiles sharing A's copies (1/mc of each A chunk per CTA: whole 16-byte units)
 FP8_MAX_M_TILES = 64  # tiles of mp rows along the grid's z
-FP8_FQ_MAX_MP = 16  # A quantized inside the GEMM: by every CTA of a K range again, so only for small M
 FP8_STATIC_SMEM = 2048  # barriers and per-row exponents (ptxas -v: 1024-2048 bytes)
 PIPE_BNS = (64, 128, 192, 256)
 PIPE_BMS = (16, 32, 64, 128, 256)  # the wgmma n sizes of the "SS" wrappers in wgmma_sm90a.h
@@ -97,7 +94,7 @@ def fp8_stage_bytes(mp: int) -> int:
 
 def fp8_threads(plan) -> int:
     """The consumer warpgroups and the copy warp; with cv, the MMA warpgroup and a second copy warp."""
-    return 128 * plan.cg + 32 + (160 if plan.cv else 0) + (128 * plan.fq - 32 if plan.fq else 0)
+    return 128 * plan.cg + 32 + (160 if plan.cv else 0)
 
 
 def fp8_m_tiles(m: int, plan) -> int:
@@ -167,9 +164,7 @@ def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12)
         if split == 1:
             plans.append(fp8_paired_plan(m, n, k, compute_units))
     offered = list(dict.fromkeys(plan for plan in plans if plan is not None and fp8_is_valid(m, n, k, plan)))[:limit]
-    cv = fp8_cv_plans(m, n, k, compute_units)
-    fused = [plan._replace(fq=2) for plan in cv if fp8_is_valid(m, n, k, plan._replace(fq=2))]
-    return offered + fp8_ahead_plans(m, n, k, compute_units) + cv + fused
+    return offered + fp8_ahead_plans(m, n, k, compute_units) + fp8_cv_plans(m, n, k, compute_units)
 
 
 def fp8_ahead_plans(m: int, n: int, k: int, compute_units: int = 132) -> list:
@@ -235,10 +230,8 @@ def fp8_registers(plan) -> int:
     """A consumer thread's registers, estimated: two fp32 tiles of mp / 2 (the partial sum and its fp32
     promotion), two sets of B fragments (4 a k32 step: the chunk converted and the one multiplied) and
     ~40 for addresses and the conversion (nvcc 13.0 gave up to 20 more: the limit has the room)."""
-    if plan.cv:  # the MMA warpgroup's two tiles, a converter's one set of fragments, or (fq) a quantization
-        # thread's two chunks of A in flight (16 registers an item of 32 values)
-        q_items = -(-plan.mp * (FP8_KC // 32) // 128)
-        return max(plan.mp + 40, 4 * (FP8_KC // 32 // plan.cg) + 48, 2 * 16 * q_items + 40 if plan.fq else 0)
+    if plan.cv:  # the MMA warpgroup's two tiles, or a converter's one set of fragments
+        return max(plan.mp + 40, 4 * (FP8_KC // 32 // plan.cg) + 48)
     return plan.mp + 2 * 4 * (FP8_KC // 32 // plan.cg) + 40
 
 
@@ -259,7 +252,6 @@ def fp8_is_valid(m: int, n: int, k: int, plan) -> bool:
             and 1 <= plan.split_k <= min(8, k // FP8_KC)
             and 0 <= plan.ahead < k // FP8_KC // plan.split_k and not (plan.ahead and plan.mc > 1)
             and (plan.cv == 0 or (2 <= plan.cv <= 16 and plan.mc == 1 and plan.ahead == 0))
-            and (plan.fq == 0 or (plan.fq in (1, 2) and plan.cv and plan.mp <= FP8_FQ_MAX_MP))
             and plan.mp * (FP8_BN + 4) * 4 <= fp8_ring_bytes(plan)
             and fp8_smem_bytes(k, plan) + FP8_STATIC_SMEM <= MAX_SMEM)
 
@@ -326,9 +318,8 @@ def compile_options(n: int, k: int, plan) -> tuple:
         multicast = (f"-DMC={plan.mc}",) if plan.mc > 1 else ()
         ahead = (f"-DAHEAD={plan.ahead}",) if plan.ahead else ()
         converted = (f"-DCV={plan.cv}",) if plan.cv else ()
-        fused = (f"-DFQ={plan.fq}",) if plan.fq else ()
         return (f"-DGN={n}", f"-DGK={k}", f"-DMP={plan.mp}", f"-DSTAGES={plan.stages}") + split + groups + multicast \
-            + ahead + converted + fused
+            + ahead + converted
     if isinstance(plan, PipePlan):
         values = dict(GN=n, GK=k, BN=plan.bn, BM=plan.bm, SPLITK=plan.split_k, KC=plan.kc, STAGES=plan.stages)
         if plan.cw:

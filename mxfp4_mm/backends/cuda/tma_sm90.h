@@ -46,10 +46,6 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned i
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                  :: "r"(mbar_addr(dst)), "l"(src), "r"(bytes), "r"(mbar_addr(bar)) : "memory");
 }
-// `bytes` (a multiple of 16) contiguous bytes of global memory requested into L2, nothing waits for them.
-__device__ __forceinline__ void prefetch_l2(const void* src, unsigned int bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" :: "l"(src), "r"(bytes) : "memory");
-}
 // Bulk copy multicast: the same bytes land at dst's offset in the shared memory of every CTA of the
 // cluster whose rank bit is set in `ctas`, each completing on the barrier at bar's offset there.
 __device__ __forceinline__ void bulk_copy_multicast(void* dst, const void* src, unsigned int bytes,
