@@ -371,6 +371,13 @@ __device__ __forceinline__ void issue_chunk_mmas_ss(float (&part)[MP / 8][4], u3
     wgmma_commit();
 }
 
+// The CTA's B scales (its 32-row groups over all of K: the first bytes its consumers wait for).
+__device__ __forceinline__ void copy_scales(u8* scales, const u8* b_scale_sh, int n0, int groups, u64* landed) {
+    mbar_arrive_expect_bytes(landed, groups * GROUP_SCALES);
+    for (int g = 0; g < groups; ++g)
+        bulk_copy(scales + g * GROUP_SCALES, b_scale_sh + (size_t)(n0 / 32 + g) * GROUP_SCALES, GROUP_SCALES, landed);
+}
+
 // A chunk of the M tile's A into a stage: one bulk copy, or this CTA's slice (x of MC) multicast to
 // its group, the cluster ranks group0 .. group0 + MC - 1. `full` expects the whole chunk either way.
 __device__ __forceinline__ void copy_a(u8* stage, const u8* a_tile, int chunk, u64* full, int x, int group0) {
@@ -485,10 +492,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
     if (CV && !consumer) {  // CV: a copy warp for B's ring (scales first), one for A's (after the grid dependency)
 #if CV
         if (lane == 0 && warp == WORKERS / 32) {
-            mbar_arrive_expect_bytes(&scales_landed, groups * GROUP_SCALES);
-            for (int g = 0; g < groups; ++g)
-                bulk_copy(scales + g * GROUP_SCALES, b_scale_sh + (size_t)(n0 / 32 + g) * GROUP_SCALES, GROUP_SCALES,
-                          &scales_landed);
+            copy_scales(scales, b_scale_sh, n0, groups, &scales_landed);
             for (int lc = 0; lc < chunks; ++lc) {
                 const int s = lc % STAGES;
                 if (lc >= STAGES) mbar_wait(&empty[s], (lc / STAGES - 1) & 1);
@@ -513,10 +517,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
         __syncwarp();
     } else if (!consumer) {  // the copy warp: B's first stages, then (A ready) A's, then the ring
         if (lane == 0) {
-            mbar_arrive_expect_bytes(&scales_landed, groups * GROUP_SCALES);
-            for (int g = 0; g < groups; ++g)
-                bulk_copy(scales + g * GROUP_SCALES, b_scale_sh + (size_t)(n0 / 32 + g) * GROUP_SCALES, GROUP_SCALES,
-                          &scales_landed);
+            copy_scales(scales, b_scale_sh, n0, groups, &scales_landed);
             auto copy_b = [&](int lc) {
                 const int s = lc % STAGES;
                 mbar_arrive_expect_bytes(&full_b[s], B_BOX);
