@@ -99,9 +99,7 @@ def plan_builds(kernel: str, shapes: str) -> list:
         if kernel == "pipe":
             plans = cuda_plans.pipe_plans(m, n, k)
         elif kernel == "candidates":  # what the tuner is offered on an H200 (132 SMs, pipe and fp8 plans too)
-            plans = cuda._candidates(m, n, k, H200_UNITS, True, cuda.PIPE_TMA_MEMCHECKED, cuda.FP8_MEMCHECKED,
-                                      cuda.FP8_FIELDS_MEMCHECKED, cuda.FP8_MEMCHECKED_MAX_SPLIT, cuda.FP8_AHEAD_CHECKED,
-                                      cuda.FP8_CV_CHECKED)
+            plans = cuda.candidates_for_units(m, n, k, H200_UNITS, True)
         elif kernel == "fp8":
             plans = cuda_plans.fp8_plans(m, n, k, H200_UNITS)
         else:  # the table's plan and the cost model's first candidates

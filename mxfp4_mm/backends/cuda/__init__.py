@@ -106,9 +106,13 @@ def candidates(m: int, n: int, k: int, device: torch.device) -> list:
     """The plan `plan_for` picks; then the cost model's ranking of the mma.sync plan grid; then the
     DequantPlan; then, where `offers_pipe`, up to PIPE_CANDIDATES pipe plans by their cost model (2-6
     µs slower than the table on the H200, notes/cuda.md). No compilation."""
-    sm90 = offers_pipe(device)
-    return list(_candidates(m, n, k, compute_units(device), sm90, PIPE_TMA_MEMCHECKED, FP8_MEMCHECKED and sm90,
-                                FP8_FIELDS_MEMCHECKED, FP8_MEMCHECKED_MAX_SPLIT, FP8_AHEAD_CHECKED, FP8_CV_CHECKED))
+    return candidates_for_units(m, n, k, compute_units(device), offers_pipe(device))
+
+
+def candidates_for_units(m: int, n: int, k: int, units: int, sm90: bool) -> list:
+    """`candidates` on a GPU of `units` SMs, sm_90 or not, under the flags above as they are now."""
+    return list(_candidates(m, n, k, units, sm90, PIPE_TMA_MEMCHECKED, FP8_MEMCHECKED and sm90,
+                            FP8_FIELDS_MEMCHECKED, FP8_MEMCHECKED_MAX_SPLIT, FP8_AHEAD_CHECKED, FP8_CV_CHECKED))
 
 
 def plan_label(plan) -> str:
