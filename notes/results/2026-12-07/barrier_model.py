@@ -37,6 +37,18 @@ class Barriers:
             self.errors.append(f"{bar}[{slot}] phase {phase} is chunk {seen[phase]}, wanted {chunk}")
 
 
+def copy_ring(bars, chunks, S):
+    """B's copy warp (the kernel's `warp == WORKERS / 32` branch, with CV or AHEAD): chunk lc into
+    slot lc % S once the chunk S before it released the slot."""
+    for lc in range(chunks):
+        s = lc % S
+        if lc >= S:
+            yield from bars.wait("empty", s, lc // S - 1, lc - S)
+        bars.write("b", s, lc)
+        yield  # the tensor map's bytes land later
+        bars.complete("full_b", s, lc)
+
+
 def run(procs, barriers, rng, patience=20000):
     """Step the coroutines in a random order until all end; the errors, or ["deadlock"] when none
     has ended after `patience` steps."""

@@ -9,22 +9,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from barrier_model import Barriers, run, sweep  # noqa: E402
+from barrier_model import Barriers, copy_ring, run, sweep  # noqa: E402
 
 FAULT = sys.argv[1] if len(sys.argv) > 1 else ""
 
 
 def simulate(chunks, S, X, rng):
     bars = Barriers()
-
-    def copy_b():  # the kernel's `warp == WORKERS / 32` branch
-        for lc in range(chunks):
-            s = lc % S
-            if lc >= S:
-                yield from bars.wait("empty", s, lc // S - 1, lc - S)
-            bars.write("b", s, lc)
-            yield  # the tensor map's bytes land later
-            bars.complete("full_b", s, lc)
 
     def copy_a():  # the other copy warp
         yield  # griddep_wait
@@ -60,7 +51,7 @@ def simulate(chunks, S, X, rng):
             bars.release("a", xs)
             bars.complete("empty_a", xs, lc)
 
-    return run([copy_b(), copy_a(), converters(), mma()], bars, rng)
+    return run([copy_ring(bars, chunks, S), copy_a(), converters(), mma()], bars, rng)
 
 
 rng = random.Random(0)
