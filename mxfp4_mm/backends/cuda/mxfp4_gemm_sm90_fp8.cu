@@ -14,8 +14,10 @@
 // 2. mxfp4_gemm_fp8 (one CTA per 64 rows of B, MP rows of A and K range: SPLITK CTAs along K form
 //    a cluster and sum their partial tiles in rank order through distributed shared memory): a copy
 //    warp fills a ring of chunks (B codes through a tensor map with the 128-byte swizzle, A's e4m3 chunk by a
-//    bulk copy issued after griddepcontrol.wait, so B's first stages are in flight while A is
-//    quantized; the tile's row exponents come the same way, so only the copy warp waits for that grid; with MC > 1, MC CTAs of neighbouring B tiles form a cluster along x and each copies
+//    bulk copy issued after griddepcontrol.wait, so B's first two chunks are in flight while A is
+//    quantized, and the ring's other first stages are filled after A's first chunks; the tile's row
+//    exponents come the same way, so only the copy warp waits for that grid; with MC > 1, MC CTAs of
+//    neighbouring B tiles form a cluster along x and each copies
 //    1/MC of every A chunk to all of them by multicast, so A leaves L2 once per MC tiles, and a
 //    stage is refilled once the consumers of all MC CTAs released it). CG consumer warpgroups each
 //    take NB / CG of a chunk's 32-value blocks: they convert those blocks' B codes to e4m3 straight
@@ -105,6 +107,11 @@ constexpr int B_STRIDE = CV ? B_BOX : STAGE;       // between B's slots in the r
 constexpr int WG_BLOCKS = NB / CG;                 // a warpgroup's blocks of each chunk
 constexpr int ROW_INEXACT = -1000;
 constexpr int P_STRIDE = BN + 4;                   // floats per row of the partial tile (conflict-free stores)
+// B's chunks copied before the grid-dependency wait; the ring's other first stages follow A's first
+// chunks. B's bytes in flight delay that grid's completion as this CTA sees it (H100: the wait passed
+// ~1.4 us after the grid's end with 2 stages in flight, ~2.2 with 4, ~3.0 with 10), and A then lands
+// 0.3 us after the wait.
+constexpr int B_BEFORE_A = 2;                    // STAGES >= 2
 // Dynamic shared memory: STAGES * B_STRIDE + (AHEAD + CV) * (BX_CHUNK + A_CHUNK) + 2 * GROUP_SCALES
 // + 1024 (plans.py's fp8_smem_bytes).
 
@@ -531,7 +538,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
                 mbar_wait(&empty[lc % STAGES], (lc / STAGES - 1) & 1);
                 copy_b(lc);
             };
-            const int first = min(STAGES, chunks);
+            const int first = min(AHEAD ? STAGES : B_BEFORE_A, chunks);
             for (int lc = 0; lc < first; ++lc) copy_b(lc);
             // AHEAD: the stages the ahead chunks release need no A: refill them before the grid
             // dependency (after it, the consumers would wait for B behind the quantization grid)
@@ -550,7 +557,8 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             mbar_arrive_expect_bytes(&a_exp_landed, MP * 4);
             bulk_copy(a_row_exp, a_exp + m0, MP * 4, &a_exp_landed);
             for (int lc = b_copied; lc < chunks; ++lc) {
-                refill_b(lc);
+                if (lc < STAGES) copy_b(lc);  // a first stage left for after A's
+                else refill_b(lc);
                 copy_a_chunk(lc);
             }
         }
