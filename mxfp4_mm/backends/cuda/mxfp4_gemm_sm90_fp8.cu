@@ -17,9 +17,9 @@
 //    bulk copy issued after griddepcontrol.wait, so B's first two chunks are in flight while A is
 //    quantized, and the ring's other first stages are filled after A's first chunks; the tile's row
 //    exponents come the same way, so only the copy warp waits for that grid; with MC > 1, MC CTAs of
-//    neighbouring B tiles form a cluster along x and each copies
-//    1/MC of every A chunk to all of them by multicast, so A leaves L2 once per MC tiles, and a
-//    stage is refilled once the consumers of all MC CTAs released it). CG consumer warpgroups each
+//    neighbouring B tiles form a cluster along x and each copies 1/MC of every A chunk to all of them
+//    by multicast, so A leaves L2 once per MC tiles, and a stage is refilled once the consumers of
+//    all MC CTAs released it). CG consumer warpgroups each
 //    take NB / CG of a chunk's 32-value blocks: they convert those blocks' B codes to e4m3 straight
 //    into the wgmma's A registers (a byte lookup by prmt per 4 codes; B rows = wgmma M, the tokens =
 //    its N, from shared memory), so B's converted bytes never go back to shared memory and no barrier
@@ -111,7 +111,7 @@ constexpr int P_STRIDE = BN + 4;                   // floats per row of the part
 // chunks. B's bytes in flight delay that grid's completion as this CTA sees it (H100: the wait passed
 // ~1.4 us after the grid's end with 2 stages in flight, ~2.2 with 4, ~3.0 with 10), and A then lands
 // 0.3 us after the wait.
-constexpr int B_BEFORE_A = 2;                    // STAGES >= 2
+constexpr int B_BEFORE_A = 2;  // at most STAGES (static_assert: STAGES >= 2)
 // Dynamic shared memory: STAGES * B_STRIDE + (AHEAD + CV) * (BX_CHUNK + A_CHUNK) + 2 * GROUP_SCALES
 // + 1024 (plans.py's fp8_smem_bytes).
 
