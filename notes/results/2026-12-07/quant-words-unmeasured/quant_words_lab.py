@@ -1,0 +1,50 @@
+"""Lab (with quant-words.diff applied; run from the repository root): the fp8 quantization with a thread per 8
+values against a thread per 32-value block: A's e4m3 bytes and row exponents compared byte for byte, then interleaved harness-method timings of the whole call."""
+import sys, json
+from pathlib import Path
+sys.path.insert(0, "tools"); sys.path.insert(0, ".")
+import torch
+import cuda_lab
+from mxfp4_mm import bench
+from mxfp4_mm.backends import cuda
+from mxfp4_mm.backends.cuda import plans as P
+
+reps = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+out = sys.argv[2] if len(sys.argv) > 2 else None
+device = torch.device("cuda"); timer = bench.Timer(device)
+OLD, NEW = "mxfp4_quant_a_e4m3", "mxfp4_quant_a_e4m3_words"
+work = [((256, 3072, 1536), ('f8', 128, 5)), ((64, 7168, 2048), ('f8', 64, 4)),
+        ((16, 2112, 7168), ('f8', 16, 10, 3, 2)), ((8, 2112, 7168), ('f8', 8, 10, 3, 2)),
+        ((32, 4096, 512), ('f8', 32, 2, 1, 2)), ((5, 2048, 16384), ('f8', 8, 4))]
+rows_all = []
+for (m, n, k), fields in work:
+    plan = P.plan_from_fields(list(fields))
+    module = cuda._module(n, k, device, plan)
+    rows = P.fp8_m_tiles(m, plan) * plan.mp
+    same = True
+    for seed in range(3):
+        data = bench.generate_input(m, n, k, 7 + seed, device)
+        if seed == 2:
+            data = bench.with_huge_a_block(data)
+        a = data[0]
+        outs = []
+        for name in (OLD, NEW):
+            scratch = torch.full((rows * k + 4 * rows,), 0x5A, dtype=torch.uint8, device=device)
+            module.function(name).launcher("pppi")((rows, 1, 1), (cuda.fp8_quant_threads(k, name), 1, 1), 0,
+                                                   a, scratch, scratch.data_ptr() + rows * k, m)
+            torch.cuda.synchronize()
+            outs.append(scratch.cpu())
+        same &= bool(torch.equal(outs[0], outs[1]))
+    runs = {}
+    for name in (OLD, NEW):
+        cuda.FP8_QUANT_KERNEL = name
+        runs[name.replace("mxfp4_quant_a_e4m3", "q") or "q"] = cuda.make_runner(m, n, k, device, plan)
+    cuda.FP8_QUANT_KERNEL = NEW
+    sets = cuda_lab.input_sets(m, n, k, device)
+    ok = {name: cuda_lab.is_correct(run, sets[0]) for name, run in runs.items()}
+    med = cuda_lab.interleaved_medians(runs, sets, reps, timer)
+    print(f"{m}x{n}x{k} {cuda.plan_label(plan)} bytes equal {same}: " +
+          "  ".join(f"{k_} {v:6.2f}{'' if ok[k_] else ' BAD'}" for k_, v in med.items()), flush=True)
+    rows_all.append({"shape": [m, n, k], "plan": list(fields), "equal": same, "us": med, "ok": ok})
+if out:
+    Path(out).write_text(json.dumps(rows_all, indent=1))
