@@ -1,5 +1,7 @@
-"""Lab (with quant-words.diff applied; run from the repository root): the fp8 quantization with a thread per 8
-values against a thread per 32-value block: A's e4m3 bytes and row exponents compared byte for byte, then interleaved harness-method timings of the whole call."""
+"""Lab: the fp8 quantization with a thread per 8 values (the working tree) against a thread per 32-value
+block (BEFORE.cu, e.g. `git show a38b659:mxfp4_mm/backends/cuda/mxfp4_gemm_sm90_fp8.cu`): A's e4m3 bytes
+and row exponents compared byte for byte, then interleaved harness-method timings of the whole call.
+    python3 quant_words_lab.py BEFORE.cu [REPS] [OUT.json]"""
 import sys, json
 from pathlib import Path
 sys.path.insert(0, "tools"); sys.path.insert(0, ".")
@@ -9,37 +11,50 @@ from mxfp4_mm import bench
 from mxfp4_mm.backends import cuda
 from mxfp4_mm.backends.cuda import plans as P
 
-reps = int(sys.argv[1]) if len(sys.argv) > 1 else 30
-out = sys.argv[2] if len(sys.argv) > 2 else None
+before = Path(sys.argv[1]).read_text()
+reps = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+out = sys.argv[3] if len(sys.argv) > 3 else None
 device = torch.device("cuda"); timer = bench.Timer(device)
-OLD, NEW = "mxfp4_quant_a_e4m3", "mxfp4_quant_a_e4m3_words"
 work = [((256, 3072, 1536), ('f8', 128, 5)), ((64, 7168, 2048), ('f8', 64, 4)),
         ((16, 2112, 7168), ('f8', 16, 10, 3, 2)), ((8, 2112, 7168), ('f8', 8, 10, 3, 2)),
-        ((32, 4096, 512), ('f8', 32, 2, 1, 2)), ((5, 2048, 16384), ('f8', 8, 4))]
+        ((32, 4096, 512), ('f8', 32, 2, 1, 2)), ((5, 2048, 16384), ('f8', 8, 4)), ((130, 256, 768), ('f8', 128, 3))]
+
+
+def block_threads(k):
+    return -(-(k // 32) // 32) * 32
+
+
+def as_before(build):
+    """build() with the kernel source and the quantization's block size of BEFORE.cu."""
+    read, threads = cuda.read_source, cuda.fp8_quant_threads
+    cuda.read_source = lambda name: before if name == cuda.FP8_SOURCE else read(name)
+    cuda.fp8_quant_threads = block_threads
+    try:
+        return build()
+    finally:
+        cuda.read_source, cuda.fp8_quant_threads = read, threads
+
+
 rows_all = []
 for (m, n, k), fields in work:
     plan = P.plan_from_fields(list(fields))
-    module = cuda._module(n, k, device, plan)
+    modules = {"before": (as_before(lambda: cuda._module(n, k, device, plan)), block_threads(k)),
+               "now": (cuda._module(n, k, device, plan), P.fp8_quant_threads(k))}
     rows = P.fp8_m_tiles(m, plan) * plan.mp
     same = True
     for seed in range(3):
         data = bench.generate_input(m, n, k, 7 + seed, device)
-        if seed == 2:
-            data = bench.with_huge_a_block(data)
-        a = data[0]
+        a = (bench.with_huge_a_block(data) if seed == 2 else data)[0]
         outs = []
-        for name in (OLD, NEW):
+        for module, threads in modules.values():
             scratch = torch.full((rows * k + 4 * rows,), 0x5A, dtype=torch.uint8, device=device)
-            module.function(name).launcher("pppi")((rows, 1, 1), (cuda.fp8_quant_threads(k, name), 1, 1), 0,
-                                                   a, scratch, scratch.data_ptr() + rows * k, m)
+            module.function("mxfp4_quant_a_e4m3").launcher("pppi")((rows, 1, 1), (threads, 1, 1), 0, a, scratch,
+                                                                   scratch.data_ptr() + rows * k, m)
             torch.cuda.synchronize()
             outs.append(scratch.cpu())
         same &= bool(torch.equal(outs[0], outs[1]))
-    runs = {}
-    for name in (OLD, NEW):
-        cuda.FP8_QUANT_KERNEL = name
-        runs[name.replace("mxfp4_quant_a_e4m3", "q") or "q"] = cuda.make_runner(m, n, k, device, plan)
-    cuda.FP8_QUANT_KERNEL = NEW
+    runs = {"before": as_before(lambda: cuda.make_runner(m, n, k, device, plan)),
+            "now": cuda.make_runner(m, n, k, device, plan)}
     sets = cuda_lab.input_sets(m, n, k, device)
     ok = {name: cuda_lab.is_correct(run, sets[0]) for name, run in runs.items()}
     med = cuda_lab.interleaved_medians(runs, sets, reps, timer)
