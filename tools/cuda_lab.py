@@ -92,6 +92,20 @@ def is_correct(run, data):
     return bench.harness_close(run(*runner_args(data)), bench.reference(data))
 
 
+def checked_medians(runs, m, n, k, device, reps, timer, check=True):
+    """({name: median µs}, {name: correct}) of runners of one shape: each checked once against the
+    reference (unless check is off), then timed interleaved on fresh input sets."""
+    sets = input_sets(m, n, k, device)
+    checked = {name: is_correct(run, sets[0]) for name, run in runs.items()} if check else {}
+    return interleaved_medians(runs, sets, reps, timer), checked
+
+
+def variant_line(m, n, k, what, medians, checked):
+    """One printed line: the shape, what was compared, each variant's median and BAD where it was wrong."""
+    return f"{m}x{n}x{k} {what}: " + "  ".join(
+        f"{name} {us:6.2f}" + ("" if checked.get(name, True) else " BAD") for name, us in medians.items())
+
+
 def write_json(path, rows):
     if path:
         Path(path).write_text(json.dumps(rows, indent=1))
@@ -103,10 +117,8 @@ def compare(args, device, timer, variants_of):
     """Time the variants {name: runner} of every shape interleaved; print and return the medians."""
     rows, totals = [], {}
     for (m, n, k), plan in parse_work(args.shapes, args.plans):
-        sets = input_sets(m, n, k, device)
         runs = variants_of(m, n, k, plan)
-        checked = {name: is_correct(run, sets[0]) for name, run in runs.items()} if args.check else {}
-        medians = interleaved_medians(runs, sets, args.reps, timer)
+        medians, checked = checked_medians(runs, m, n, k, device, args.reps, timer, args.check)
         for name, us in medians.items():
             totals.setdefault(name, []).append(us)
         rows.append({"shape": [m, n, k], "us": medians, "correct": checked})

@@ -55,11 +55,8 @@ for (m, n, k), fields in work:
         same &= bool(torch.equal(outs[0], outs[1]))
     runs = {"before": as_before(lambda: cuda.make_runner(m, n, k, device, plan)),
             "now": cuda.make_runner(m, n, k, device, plan)}
-    sets = cuda_lab.input_sets(m, n, k, device)
-    ok = {name: cuda_lab.is_correct(run, sets[0]) for name, run in runs.items()}
-    med = cuda_lab.interleaved_medians(runs, sets, reps, timer)
-    print(f"{m}x{n}x{k} {cuda.plan_label(plan)} bytes equal {same}: " +
-          "  ".join(f"{k_} {v:6.2f}{'' if ok[k_] else ' BAD'}" for k_, v in med.items()), flush=True)
+    med, ok = cuda_lab.checked_medians(runs, m, n, k, device, reps, timer)
+    print(cuda_lab.variant_line(m, n, k, f"{cuda.plan_label(plan)} bytes equal {same}", med, ok), flush=True)
     rows_all.append({"shape": [m, n, k], "plan": list(fields), "equal": same, "us": med, "ok": ok})
 if out:
     Path(out).write_text(json.dumps(rows_all, indent=1))
