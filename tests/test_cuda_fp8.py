@@ -234,6 +234,20 @@ def test_fp8_plans_of_the_benchmark_shapes_fit():
             assert ctas <= 132 or split.split_k == 1 or (ctas <= 2 * 132 and split == cuda_plans.fp8_paired_plan(m, n, k))
 
 
+def test_the_quantization_block_is_the_kernels():
+    """A thread per 8 values of a row, whole warps, ceil(words / 1024) words a thread past 1024 words:
+    the launcher's block size is the kernel's QUANT_WORD_THREADS, which its word stride assumes."""
+    source = source_paths()["mxfp4_gemm_sm90_fp8.cu"].read_text()
+    assert "constexpr int QW = (QUANT_WORDS + 1023) / 1024;" in source
+    assert "constexpr int QUANT_WORD_THREADS = ((QUANT_WORDS + QW - 1) / QW + 31) / 32 * 32;" in source
+    for k in range(256, 65536 + 1, 256):
+        words, threads = k // 8, cuda_plans.fp8_quant_threads(k)
+        per_thread = (words + 1023) // 1024
+        assert threads == ((words + per_thread - 1) // per_thread + 31) // 32 * 32
+        assert threads % 32 == 0 and threads <= 1024 and threads * per_thread >= words
+    assert [cuda_plans.fp8_quant_threads(k) for k in (1536, 7168, 16384)] == [192, 896, 1024]
+
+
 def test_fp8_validity_rules():
     wide = cuda_plans.fp8_plan(256, 1536)  # the widest e4m3 wrapper is n = 128: two tiles along M
     assert wide.mp == 128 and cuda_plans.grid(256, 3072, wide) == (48, 1, 2)

@@ -144,8 +144,8 @@ def main(argv=None):
 
         def call(quantizes=rep == 0 or not args.gemm_only):
             if quantizes:
-                quantize((rows, 1, 1), (-(-(k // 32) // 32) * 32, 1, 1), 0, a, scratch, scratch.data_ptr() + rows * k,
-                         m, tl.data_ptr())
+                quantize((rows, 1, 1), (cuda_plans.fp8_quant_threads(k), 1, 1), 0, a, scratch,
+                         scratch.data_ptr() + rows * k, m, tl.data_ptr())
             gemm(dims, (cuda_plans.fp8_threads(plan), 1, 1), shared, b_map, b_scale_sh, scratch,
                  scratch.data_ptr() + rows * k, a, b_q, out, m, tl.data_ptr())
 

@@ -20,8 +20,8 @@ import torch
 from ... import runtime
 from ...kernels import read_source
 from .plans import (DEQUANT_THREADS, FP8_BN, DequantPlan, Fp8Plan, PipePlan, Plan, chunks, compile_options,
-                    dequant_grid, fp8_m_tiles, fp8_plans, fp8_threads, grid, is_valid, pipe_plans, pipe_threads,
-                    plan_for_shape, ranked_plans, smem_bytes)
+                    dequant_grid, fp8_m_tiles, fp8_plans, fp8_quant_threads, fp8_threads, grid, is_valid,
+                    pipe_plans, pipe_threads, plan_for_shape, ranked_plans, smem_bytes)
 
 NAME = "cuda"
 SOURCE = "mxfp4_gemm_sm90.cu"
@@ -268,7 +268,7 @@ def _fp8_launcher(m, n, k, device, plan):
     launch_gemm = gemm.launcher("Tppppppi", dependent=True)
     rows = fp8_m_tiles(m, plan) * plan.mp  # A padded to whole tiles (the quantization writes zeros there)
     a_bytes = rows * k
-    quant_block = (-(-(k // 32) // 32) * 32, 1, 1)  # a thread per 32-value block of a row
+    quant_block = (fp8_quant_threads(k), 1, 1)  # a thread per 8 values of a row
     dims = grid(m, n, plan)
     b_map_of = _map_of_last_address(
         lambda address: runtime.tensor_map_2d(device, address, 1, n, k // 2, k // 2, FP8_BN, 128,

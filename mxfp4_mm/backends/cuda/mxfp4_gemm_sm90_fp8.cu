@@ -6,7 +6,7 @@
 // largest is exactly (e4m3 values) x 2^(row exponent), the per-block scales fold into the bytes, and
 // one k32 e4m3 wgmma covers a block. The epilogue multiplies by 2^(A row exponent + B row exponent).
 //
-// 1. mxfp4_quant_a_e4m3 (one CTA per row of A, a thread per 32-value block): aiter's quantization
+// 1. mxfp4_quant_a_e4m3 (one CTA per row of A, a thread per 8 values): aiter's quantization
 //    (format.md §2, bit-exact), then the codes as e4m3 with the row's offset, written in the GEMM's
 //    chunk layout so that a chunk of A is one contiguous bulk copy; a_exp[m] = the row's exponent, or
 //    ROW_INEXACT when the row does not fold (a block more than 11 binades below the row's largest,
@@ -183,52 +183,63 @@ __device__ __forceinline__ int a_permuted_offset(int m, int block, int word, int
     return a_offset(m, chunk * (KC / 16) + 2 * s + half) + 4 * (b % 4);
 }
 
+// A thread per 8 values (a code word), so a row's CTA has 4 threads per 32-value block, each with a
+// quarter of the rounding chain (with a thread per block, ~690 instructions a thread at a warp or two a
+// scheduler). A block's 4 words sit in 4 neighbouring lanes and exchange their maximum by shuffles.
+// QW words a thread where a row has more than 1024 words; plans.py's fp8_quant_threads gives the
+// launch QUANT_WORD_THREADS threads.
+constexpr int QUANT_WORDS = GK / 8;
+constexpr int QW = (QUANT_WORDS + 1023) / 1024;
+constexpr int QUANT_WORD_THREADS = ((QUANT_WORDS + QW - 1) / QW + 31) / 32 * 32;
+
 extern "C" __global__ void __launch_bounds__(1024)
 mxfp4_quant_a_e4m3(const u16* __restrict__ a, u8* __restrict__ a_e4m3, int* __restrict__ a_exp, int m_size) {
     griddep_launch_dependents();  // the GEMM's CTAs may start now: they wait for this grid's writes
     __shared__ int row_max, row_inexact;
-    const int m = blockIdx.x, blk = threadIdx.x;
-    if (blk == 0) { row_max = -127; row_inexact = 0; }
+    const int m = blockIdx.x, lane = threadIdx.x & 31;
+    if (threadIdx.x == 0) { row_max = -127; row_inexact = 0; }
     __syncthreads();
-    const bool block = blk < KBLOCKS, live = block && m < m_size;  // rows from m_size to the tile's end: zeros
-    uint4 v[4] = {};
-    if (live) {
+    uint4 v[QW];
+    u32 amax[QW];
+    int e_max = -127;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) v[i] = ld_global_nc(a + (size_t)m * GK + blk * 32 + 8 * i);
+    for (int j = 0; j < QW; ++j) {
+        const int word = j * QUANT_WORD_THREADS + threadIdx.x;
+        v[j] = make_uint4(0, 0, 0, 0);  // words past the row and rows from m_size to the tile's end: zeros
+        if (word < QUANT_WORDS && m < m_size) v[j] = ld_global_nc(a + (size_t)m * GK + word * 8);
+        const u32 pair = max_u16x2(max_u16x2(v[j].x & 0x7FFF7FFFu, v[j].y & 0x7FFF7FFFu),
+                                   max_u16x2(v[j].z & 0x7FFF7FFFu, v[j].w & 0x7FFF7FFFu));
+        u32 x = max(pair & 0xFFFFu, pair >> 16);  // bf16 magnitudes order like unsigned integers; NaN sorts last
+        x = max(x, __shfl_xor_sync(0xFFFFFFFFu, x, 1));  // the block's 4 words: lanes 4b..4b+3
+        amax[j] = max(x, __shfl_xor_sync(0xFFFFFFFFu, x, 2));
+        e_max = max(e_max, block_exponent(amax[j]));
     }
-    const u32* w = reinterpret_cast<const u32*>(v);
-    u32 pair = 0;  // amax on magnitude bits (bf16 orders like unsigned integers; NaN sorts last)
 #pragma unroll
-    for (int i = 0; i < 16; ++i) pair = max_u16x2(pair, w[i] & 0x7FFF7FFFu);
-    const u32 amax = max(pair & 0xFFFFu, pair >> 16);
-    const int e = block_exponent(amax);  // kernels/mxfp4_exact.h (NaN sorts last, as the reference)
-    if (live) atomicMax(&row_max, e);
+    for (int o = 16; o > 0; o >>= 1) e_max = max(e_max, __shfl_xor_sync(0xFFFFFFFFu, e_max, o));
+    if (lane == 0) atomicMax(&row_max, e_max);
     __syncthreads();
-    const int emax = row_max, d = e - emax + 6;
-    if (live && amax != 0 && d < -5) row_inexact = 1;
-    // each value rounded as the reference rounds it (e2m1_round), times 2^d: an exact e4m3 value
-    const float inverse = pow2_exact(-e), step = pow2_exact(max(d, -5));
-    uint2 out[4];
+    const int emax = row_max;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        float v[8];
+    for (int j = 0; j < QW; ++j) {
+        const int word = j * QUANT_WORD_THREADS + threadIdx.x, e = block_exponent(amax[j]), d = e - emax + 6;
+        if (amax[j] != 0 && d < -5) row_inexact = 1;  // zeros where no value is: no false verdicts
+        const u32 w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+        // each value rounded as the reference rounds it (e2m1_round), times 2^d: an exact e4m3 value
+        const float inverse = pow2_exact(-e), step = pow2_exact(max(d, -5));
+        float q[8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const u32 word = w[(8 * i + j) / 2];
-            const float q = __uint_as_float(j & 1 ? word & 0xFFFF0000u : word << 16) * inverse;
-            v[j] = copysignf(e2m1_round(fabsf(q)), q) * step;
+        for (int i = 0; i < 8; ++i) {
+            const float x = __uint_as_float(i & 1 ? w[i / 2] & 0xFFFF0000u : w[i / 2] << 16) * inverse;
+            q[i] = copysignf(e2m1_round(fabsf(x)), x) * step;
         }
-        out[i] = make_uint2(e4m3x4(v[0], v[1], v[2], v[3]), e4m3x4(v[4], v[5], v[6], v[7]));
-    }
-    if (block) {
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-            *reinterpret_cast<u32*>(a_e4m3 + a_permuted_offset(m, blk, w, 0)) = out[w].x;
-            *reinterpret_cast<u32*>(a_e4m3 + a_permuted_offset(m, blk, w, 1)) = out[w].y;
+        if (word < QUANT_WORDS) {
+            const int blk = word / 4, wi = word % 4;
+            *reinterpret_cast<u32*>(a_e4m3 + a_permuted_offset(m, blk, wi, 0)) = e4m3x4(q[0], q[1], q[2], q[3]);
+            *reinterpret_cast<u32*>(a_e4m3 + a_permuted_offset(m, blk, wi, 1)) = e4m3x4(q[4], q[5], q[6], q[7]);
         }
     }
     __syncthreads();
-    if (blk == 0) {
+    if (threadIdx.x == 0) {
         // an all-zero row folds at any exponent; NaN/inf blocks have exponent 127
         const bool folds = !row_inexact && (emax == -127 || (emax >= -64 && emax <= 64));
         a_exp[m] = m >= m_size ? 0 : !folds ? ROW_INEXACT : emax == -127 ? 0 : emax;

@@ -101,6 +101,14 @@ def fp8_m_tiles(m: int, plan) -> int:
     return -(-m // plan.mp)
 
 
+def fp8_quant_threads(k: int) -> int:
+    """Threads of a quantization CTA (a row of A): one per 8 values, in whole warps; past 1024 words
+    each thread takes ceil(words / 1024) of them (the kernel's QW and QUANT_WORD_THREADS)."""
+    words = k // 8
+    per_thread = -(-words // 1024)
+    return -(-(-(-words // per_thread)) // 32) * 32
+
+
 def fp8_tiles(m: int, n: int) -> int:
     """CTAs of one K range at M's mp: B tiles x M tiles."""
     return -(-n // FP8_BN) * -(-m // fp8_mp(m))
