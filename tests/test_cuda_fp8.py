@@ -235,16 +235,18 @@ def test_fp8_plans_of_the_benchmark_shapes_fit():
 
 
 def test_the_quantization_block_is_the_kernels():
-    """A thread per 8 values of a row, whole warps, ceil(words / 1024) words a thread past 1024 words:
-    the launcher's block size is the kernel's QUANT_WORD_THREADS, which its word stride assumes."""
+    """A thread per 8 values of a row, whole warps, ceil(words / 1024) words a thread past 1024 words;
+    the kernel is built for the launcher's block (its word stride assumes it)."""
     source = source_paths()["mxfp4_gemm_sm90_fp8.cu"].read_text()
-    assert "constexpr int QW = (QUANT_WORDS + 1023) / 1024;" in source
-    assert "constexpr int QUANT_WORD_THREADS = ((QUANT_WORDS + QW - 1) / QW + 31) / 32 * 32;" in source
+    assert "constexpr int QW = (QUANT_WORDS + QUANT_THREADS - 1) / QUANT_THREADS;" in source
+    assert "#define QUANT_THREADS" not in source and "int QUANT_THREADS" not in source
+    plan = cuda_plans.fp8_plan(64, 2048)
     for k in range(256, 65536 + 1, 256):
         words, threads = k // 8, cuda_plans.fp8_quant_threads(k)
         per_thread = (words + 1023) // 1024
         assert threads == ((words + per_thread - 1) // per_thread + 31) // 32 * 32
         assert threads % 32 == 0 and threads <= 1024 and threads * per_thread >= words
+        assert f"-DQUANT_THREADS={threads}" in cuda_plans.compile_options(2048, k, plan)
     assert [cuda_plans.fp8_quant_threads(k) for k in (1536, 7168, 16384)] == [192, 896, 1024]
 
 
@@ -285,7 +287,8 @@ def test_fp8_labels_options_and_table_round_trip():
     assert cuda.plan_label(plan) == f"f8.m64.q{plan.stages}"
     assert cuda.plan_family(plan) == "f8"
     assert cuda_plans.plan_from_fields(tuple(plan)) == plan
-    assert cuda_plans.compile_options(7168, 2048, plan) == ("-DGN=7168", "-DGK=2048", "-DMP=64", f"-DSTAGES={plan.stages}")
+    assert cuda_plans.compile_options(7168, 2048, plan) == ("-DGN=7168", "-DGK=2048", "-DMP=64", f"-DSTAGES={plan.stages}",
+                                                             "-DQUANT_THREADS=256")
     split = cuda_plans.fp8_plan(16, 7168, 4)
     assert cuda.plan_label(split) == "f8.m16.q7.s4" and cuda_plans.compile_options(2112, 7168, split)[-1] == "-DSPLITK=4"
     assert cuda_plans.grid(16, 2112, split) == (33, 4, 1)

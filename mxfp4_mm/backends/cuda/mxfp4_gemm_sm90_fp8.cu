@@ -186,11 +186,10 @@ __device__ __forceinline__ int a_permuted_offset(int m, int block, int word, int
 // A thread per 8 values (a code word), so a row's CTA has 4 threads per 32-value block, each with a
 // quarter of the rounding chain (with a thread per block, ~690 instructions a thread at a warp or two a
 // scheduler). A block's 4 words sit in 4 neighbouring lanes and exchange their maximum by shuffles.
-// QW words a thread where a row has more than 1024 words; plans.py's fp8_quant_threads gives the
-// launch QUANT_WORD_THREADS threads.
+// QUANT_THREADS is the launch's block (plans.py's fp8_quant_threads), QW words a thread.
 constexpr int QUANT_WORDS = GK / 8;
-constexpr int QW = (QUANT_WORDS + 1023) / 1024;
-constexpr int QUANT_WORD_THREADS = ((QUANT_WORDS + QW - 1) / QW + 31) / 32 * 32;
+constexpr int QW = (QUANT_WORDS + QUANT_THREADS - 1) / QUANT_THREADS;
+static_assert(QUANT_THREADS % 32 == 0 && QUANT_THREADS <= 1024, "whole warps (a block's 4 words in one warp)");
 
 extern "C" __global__ void __launch_bounds__(1024)
 mxfp4_quant_a_e4m3(const u16* __restrict__ a, u8* __restrict__ a_e4m3, int* __restrict__ a_exp, int m_size) {
@@ -204,7 +203,7 @@ mxfp4_quant_a_e4m3(const u16* __restrict__ a, u8* __restrict__ a_e4m3, int* __re
     int e_max = -127;
 #pragma unroll
     for (int j = 0; j < QW; ++j) {
-        const int word = j * QUANT_WORD_THREADS + threadIdx.x;
+        const int word = j * QUANT_THREADS + threadIdx.x;
         v[j] = make_uint4(0, 0, 0, 0);  // words past the row and rows from m_size to the tile's end: zeros
         if (word < QUANT_WORDS && m < m_size) v[j] = ld_global_nc(a + (size_t)m * GK + word * 8);
         const u32 pair = max_u16x2(max_u16x2(v[j].x & 0x7FFF7FFFu, v[j].y & 0x7FFF7FFFu),
@@ -221,7 +220,7 @@ mxfp4_quant_a_e4m3(const u16* __restrict__ a, u8* __restrict__ a_e4m3, int* __re
     const int emax = row_max;
 #pragma unroll
     for (int j = 0; j < QW; ++j) {
-        const int word = j * QUANT_WORD_THREADS + threadIdx.x, e = block_exponent(amax[j]), d = e - emax + 6;
+        const int word = j * QUANT_THREADS + threadIdx.x, e = block_exponent(amax[j]), d = e - emax + 6;
         if (amax[j] != 0 && d < -5) row_inexact = 1;  // zeros where no value is: no false verdicts
         const u32 w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
         // each value rounded as the reference rounds it (e2m1_round), times 2^d: an exact e4m3 value

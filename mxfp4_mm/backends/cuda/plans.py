@@ -103,7 +103,7 @@ def fp8_m_tiles(m: int, plan) -> int:
 
 def fp8_quant_threads(k: int) -> int:
     """Threads of a quantization CTA (a row of A): one per 8 values, in whole warps; past 1024 words
-    each thread takes ceil(words / 1024) of them (the kernel's QW and QUANT_WORD_THREADS)."""
+    each thread takes ceil(words / 1024) of them. The kernel is built for it (QUANT_THREADS)."""
     words = k // 8
     per_thread = -(-words // 1024)
     return -(-(-(-words // per_thread)) // 32) * 32
@@ -326,8 +326,8 @@ def compile_options(n: int, k: int, plan) -> tuple:
         multicast = (f"-DMC={plan.mc}",) if plan.mc > 1 else ()
         ahead = (f"-DAHEAD={plan.ahead}",) if plan.ahead else ()
         converted = (f"-DCV={plan.cv}",) if plan.cv else ()
-        return (f"-DGN={n}", f"-DGK={k}", f"-DMP={plan.mp}", f"-DSTAGES={plan.stages}") + split + groups + multicast \
-            + ahead + converted
+        return (f"-DGN={n}", f"-DGK={k}", f"-DMP={plan.mp}", f"-DSTAGES={plan.stages}",
+                f"-DQUANT_THREADS={fp8_quant_threads(k)}") + split + groups + multicast + ahead + converted
     if isinstance(plan, PipePlan):
         values = dict(GN=n, GK=k, BN=plan.bn, BM=plan.bm, SPLITK=plan.split_k, KC=plan.kc, STAGES=plan.stages)
         if plan.cw:
