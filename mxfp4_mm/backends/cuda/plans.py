@@ -105,8 +105,8 @@ def fp8_quant_threads(k: int) -> int:
     """Threads of a quantization CTA (a row of A): one per 8 values, in whole warps; past 1024 words
     each thread takes ceil(words / 1024) of them. The kernel is built for it (QUANT_THREADS)."""
     words = k // 8
-    per_thread = -(-words // 1024)
-    return -(-(-(-words // per_thread)) // 32) * 32
+    threads = -(-words // -(-words // 1024))
+    return -(-threads // 32) * 32
 
 
 def fp8_tiles(m: int, n: int) -> int:
