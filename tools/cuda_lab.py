@@ -92,6 +92,17 @@ def is_correct(run, data):
     return bench.harness_close(run(*runner_args(data)), bench.reference(data))
 
 
+def quantized_a(module, threads, a, rows, k, m):
+    """The bytes the fp8 module's quantization kernel writes for A (its e4m3 chunks, then the row
+    exponents), launched with `threads` a CTA over a scratch buffer pre-filled with 0x5A, so that
+    bytes it leaves alone show."""
+    scratch = torch.full((rows * k + 4 * rows,), 0x5A, dtype=torch.uint8, device=a.device)
+    module.function("mxfp4_quant_a_e4m3").launcher("pppi")((rows, 1, 1), (threads, 1, 1), 0, a, scratch,
+                                                           scratch.data_ptr() + rows * k, m)
+    torch.cuda.synchronize(a.device)
+    return scratch.cpu()
+
+
 def checked_medians(runs, m, n, k, device, reps, timer, check=True):
     """({name: median µs}, {name: correct}) of runners of one shape: each checked once against the
     reference (unless check is off), then timed interleaved on fresh input sets."""

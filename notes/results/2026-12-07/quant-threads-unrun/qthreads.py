@@ -41,14 +41,8 @@ for (m, n, k), fields in work:
     for seed in range(3):
         data = bench.generate_input(m, n, k, 7 + seed, device)
         a = (bench.with_huge_a_block(data) if seed == 2 else data)[0]
-        outs = []
-        for name, threads in variants.items():
-            module = built_with(threads, lambda: cuda._module(n, k, device, plan))
-            scratch = torch.full((rows * k + 4 * rows,), 0x5A, dtype=torch.uint8, device=device)
-            module.function("mxfp4_quant_a_e4m3").launcher("pppi")((rows, 1, 1), (threads(k), 1, 1), 0, a, scratch,
-                                                                   scratch.data_ptr() + rows * k, m)
-            torch.cuda.synchronize()
-            outs.append(scratch.cpu())
+        outs = [cuda_lab.quantized_a(built_with(threads, lambda: cuda._module(n, k, device, plan)), threads(k), a, rows, k, m)
+                for threads in variants.values()]
         same &= all(torch.equal(outs[0], o) for o in outs[1:])
     runs = {name: built_with(threads, lambda: cuda.make_runner(m, n, k, device, plan)) for name, threads in variants.items()}
     med, ok = cuda_lab.checked_medians(runs, m, n, k, device, reps, timer)
