@@ -75,8 +75,8 @@ FP8_AHEAD_CHECKED = True
 # once their GPU tests and memcheck have passed.
 FP8_CV_CHECKED = True
 # Plans with two warpgroups along N (Fp8Plan.ng = 2): offered once their GPU tests and memcheck have
-# passed (built and checked for spills on the CPU only so far: notes/verification.md).
-FP8_NG_CHECKED = False
+# passed (they have: notes/verification.md).
+FP8_NG_CHECKED = True
 
 
 @functools.lru_cache(maxsize=256)
