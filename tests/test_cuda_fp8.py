@@ -235,7 +235,7 @@ def test_fp8_plans_of_the_benchmark_shapes_fit():
 
 
 def test_the_quantization_block_is_the_kernels():
-    """A thread per 8 values of a row, whole warps, ceil(words / 1024) words a thread past 1024 words;
+    """A thread per 8 values of a row, whole warps, ceil(words / 512) words a thread past 512 words;
     the kernel is built for the launcher's block (its word stride assumes it)."""
     source = source_paths()["mxfp4_gemm_sm90_fp8.cu"].read_text()
     assert "constexpr int QW = (QUANT_WORDS + QUANT_THREADS - 1) / QUANT_THREADS;" in source
@@ -243,11 +243,11 @@ def test_the_quantization_block_is_the_kernels():
     plan = cuda_plans.fp8_plan(64, 2048)
     for k in range(256, 65536 + 1, 256):
         words, threads = k // 8, cuda_plans.fp8_quant_threads(k)
-        per_thread = (words + 1023) // 1024
+        per_thread = (words + 511) // 512
         assert threads == ((words + per_thread - 1) // per_thread + 31) // 32 * 32
-        assert threads % 32 == 0 and threads <= 1024 and threads * per_thread >= words
+        assert threads % 32 == 0 and threads <= 512 and threads * per_thread >= words
         assert f"-DQUANT_THREADS={threads}" in cuda_plans.compile_options(2048, k, plan)
-    assert [cuda_plans.fp8_quant_threads(k) for k in (1536, 7168, 16384)] == [192, 896, 1024]
+    assert [cuda_plans.fp8_quant_threads(k) for k in (1536, 2048, 4096, 7168, 16384)] == [192, 256, 512, 448, 512]
 
 
 def test_fp8_validity_rules():

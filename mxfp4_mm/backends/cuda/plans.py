@@ -109,11 +109,17 @@ def fp8_m_tiles(m: int, plan) -> int:
     return -(-m // plan.mp)
 
 
+FP8_QUANT_MAX_THREADS = 512  # a quantization CTA's threads; past 512 words a thread takes several
+
+
 def fp8_quant_threads(k: int) -> int:
-    """Threads of a quantization CTA (a row of A): one per 8 values, in whole warps; past 1024 words
-    each thread takes ceil(words / 1024) of them. The kernel is built for it (QUANT_THREADS)."""
+    """Threads of a quantization CTA (a row of A): one per 8 values, in whole warps; past
+    FP8_QUANT_MAX_THREADS words each thread takes ceil(words / FP8_QUANT_MAX_THREADS) of them. At
+    K = 7168, 448 threads of 2 words were 0.2-0.36 us faster a call than 896 of one (16x2112x7168;
+    8x2112x7168 0.1-0.2; H100, two rounds), while at K = 1536 and 2048 halving the threads cost 0.1
+    (notes/results/2026-12-07/h100-quant-threads/). The kernel is built for it (QUANT_THREADS)."""
     words = k // 8
-    threads = -(-words // -(-words // 1024))
+    threads = -(-words // -(-words // FP8_QUANT_MAX_THREADS))
     return -(-threads // 32) * 32
 
 
