@@ -308,8 +308,7 @@ def _assert_offered_once_checked(monkeypatch, flag, field, shape, expected):
     monkeypatch.setattr(cuda, "compute_units", lambda device: 132)
     monkeypatch.setattr(cuda_plans, "PLANS", {key: fields for key, fields in cuda_plans.PLANS.items()
                                               if fields[0] != FP8})
-    unset = Fp8Plan._field_defaults[field]
-    offered = lambda: [p for p in cuda.candidates(*shape, "cuda") if isinstance(p, Fp8Plan) and getattr(p, field) != unset]
+    offered = lambda: [p for p in cuda.candidates(*shape, "cuda") if isinstance(p, Fp8Plan) and getattr(p, field)]
     try:
         for checked in (False, True):
             monkeypatch.setattr(cuda, flag, checked)
@@ -369,30 +368,6 @@ def test_fp8_cv_plans_rules_and_offer(monkeypatch):
     _assert_offered_once_checked(monkeypatch, "FP8_CV_CHECKED", "cv", (16, 2112, 7168), plans)
 
 
-def test_fp8_ng_plans_rules_and_offer(monkeypatch):
-    """Two warpgroups along N (`ng` = 2): 128 rows of B a CTA, M in tiles of at most 64 rows (the
-    registers of two accumulating warpgroups), no K sharing, multicast, chunks ahead or converters;
-    offered to the tuner only once checked on a GPU."""
-    plans = cuda_plans.fp8_ng_plans(256, 3072, 1536)
-    deep = Fp8Plan(FP8, 64, 6, ng=2)
-    assert plans == [deep, deep._replace(stages=4)]  # 24 B tiles x 4 M tiles: no split fits beside them
-    assert cuda.plan_label(deep) == "f8.m64.q6.n2" and cuda_plans.compile_options(3072, 1536, deep)[-1] == "-DNG=2"
-    assert cuda_plans.plan_from_fields(tuple(deep)) == deep
-    assert cuda_plans.grid(256, 3072, deep) == (24, 1, 4) and cuda_plans.fp8_threads(deep) == 2 * 128 + 32
-    scale_bytes = 4 * 48 * 32  # 4 groups of 32 rows, 1536 / 32 = 48 scale columns
-    assert cuda_plans.fp8_smem_bytes(1536, deep) == 6 * (128 * 128 + 64 * 256) + scale_bytes + 1024
-    assert cuda_plans.fp8_registers(deep) <= cuda_plans.fp8_register_limit(deep) == 168
-    for fields in (dict(mp=128), dict(cg=2), dict(mc=2), dict(ahead=1), dict(cv=2), dict(ng=3), dict(stages=7)):
-        assert not cuda_plans.is_valid(256, 3072, 1536, deep._replace(**fields)), fields
-    # 64 x 7168 x 2048: 56 tiles, split 2 fills 112 SMs; 2112 rows: 17 tiles, the last one of 64 rows
-    assert [(p.split_k, p.stages) for p in cuda_plans.fp8_ng_plans(64, 7168, 2048)] == [(1, 6), (1, 4), (2, 4)]
-    assert {p.split_k for p in cuda_plans.fp8_ng_plans(16, 2112, 7168)} == {1, 6, 7}
-    assert cuda_plans.grid(16, 2112, Fp8Plan(FP8, 16, 4, 7, ng=2)) == (17, 7, 1)
-    assert cuda_plans.fp8_ng_plans(16, 2112, 7040) == []  # K % 256
-    assert [p for p in cuda_plans.fp8_plans(256, 3072, 1536) if p.ng > 1] == plans
-    _assert_offered_once_checked(monkeypatch, "FP8_NG_CHECKED", "ng", (256, 3072, 1536), plans)
-
-
 def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
     monkeypatch.setattr(cuda, "offers_pipe", lambda device: True)
     monkeypatch.setattr(cuda, "compute_units", lambda device: 132)
@@ -400,7 +375,7 @@ def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
     # is what the flags offer beyond it
     monkeypatch.setattr(cuda_plans, "PLANS", {shape: fields for shape, fields in cuda_plans.PLANS.items()
                                               if fields[0] != FP8})
-    for later in ("FP8_AHEAD_CHECKED", "FP8_CV_CHECKED", "FP8_NG_CHECKED"):  # their own tests above
+    for later in ("FP8_AHEAD_CHECKED", "FP8_CV_CHECKED"):  # their own tests above
         monkeypatch.setattr(cuda, later, False)
     cuda._candidates.cache_clear()
     try:

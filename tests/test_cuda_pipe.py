@@ -152,7 +152,7 @@ def test_candidates_put_pipe_plans_last_once_memchecked(shape, h200, monkeypatch
     assert fp8 == [p for p in cuda_plans.fp8_plans(*shape, 132) if p != plans[0] and cuda.FP8_MEMCHECKED
                    and (fields or (p.cg == 1 and p.mc == 1 and shape[0] <= p.mp))
                    and p.split_k <= cuda.FP8_MEMCHECKED_MAX_SPLIT and (cuda.FP8_AHEAD_CHECKED or not p.ahead)
-                   and (cuda.FP8_CV_CHECKED or not p.cv) and (cuda.FP8_NG_CHECKED or p.ng == 1)]
+                   and (cuda.FP8_CV_CHECKED or not p.cv)]
     assert without[0] == plans[0]
     assert [p for p in plans[1:] if not isinstance(p, (PipePlan, cuda_plans.Fp8Plan))] == without[1:]
     assert len({cuda.plan_label(p) for p in plans}) == len(plans)

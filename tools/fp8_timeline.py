@@ -131,7 +131,7 @@ def main(argv=None):
     ctas = dims[0] * dims[1] * dims[2]
     data = bench.generate_input(m, n, k, 0, device)
     a, _, b_q, _, b_scale_sh = data
-    b_map = runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, cuda_plans.fp8_bn(plan), 128,
+    b_map = runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, cuda_plans.FP8_BN, 128,
                                   swizzle=runtime.SWIZZLE_128B)
     # the harness's way: synchronize, flush the L2 (unless --no-flush), events around the call
     timer = timing.EventTimer(device, flush=not args.no_flush)

@@ -33,8 +33,7 @@ ODD_SHAPES = [(1, 16, 192), (3, 48, 64), (17, 16, 320), (17, 48, 576), (3, 96, 5
 # The cuda fp8 plans want K % 256 == 0 and reach their fields only on wider shapes: 4 B tiles (multicast
 # groups of 2 and 4), two M tiles of 128 (a partial one), splits 2-4, and one B tile over 10 chunks
 # (splits 6-8, the two-CTAs-an-SM plan); B's first chunks converted ahead of A over 11 chunks split
-# unevenly 3, 4 and 5 ways, and with 64-row M tiles over 9 chunks unsplit (68 B tiles, a partial one);
-# two warpgroups along N: 128-row B tiles, partial at N = 48, 2112 and 4304, three 64-row M tiles at M = 130.
+# unevenly 3, 4 and 5 ways, and with 64-row M tiles over 9 chunks unsplit (68 B tiles, a partial one).
 FP8_SHAPES = [(17, 256, 768), (130, 128, 512), (5, 2112, 1024), (5, 48, 2560), (130, 256, 768), (20, 1600, 2816),
               (40, 4304, 2304)]
 BACKENDS = ("cuda", "hip", "triton")

@@ -19,8 +19,8 @@ import torch
 
 from ... import runtime
 from ...kernels import read_source
-from .plans import (DEQUANT_THREADS, DequantPlan, Fp8Plan, PipePlan, Plan, chunks, compile_options,
-                    dequant_grid, fp8_bn, fp8_m_tiles, fp8_plans, fp8_quant_threads, fp8_threads, grid, is_valid,
+from .plans import (DEQUANT_THREADS, FP8_BN, DequantPlan, Fp8Plan, PipePlan, Plan, chunks, compile_options,
+                    dequant_grid, fp8_m_tiles, fp8_plans, fp8_quant_threads, fp8_threads, grid, is_valid,
                     pipe_plans, pipe_threads, plan_for_shape, ranked_plans, smem_bytes)
 
 NAME = "cuda"
@@ -74,13 +74,10 @@ FP8_AHEAD_CHECKED = True
 # Plans whose converter warpgroups feed one MMA warpgroup through shared memory (Fp8Plan.cv): offered
 # once their GPU tests and memcheck have passed.
 FP8_CV_CHECKED = True
-# Plans with two warpgroups along N (Fp8Plan.ng = 2): offered once their GPU tests and memcheck have
-# passed (they have: notes/verification.md).
-FP8_NG_CHECKED = True
 
 
 @functools.lru_cache(maxsize=256)
-def _candidates(m, n, k, units, pipe, tma, fp8, fp8_fields, fp8_max_split, fp8_ahead, fp8_cv, fp8_ng):
+def _candidates(m, n, k, units, pipe, tma, fp8, fp8_fields, fp8_max_split, fp8_ahead, fp8_cv):
     first = plan_for_shape(m, n, k, units)
     plans = [first] + [plan for plan in ranked_plans(m, n, k, units, MAX_CANDIDATES) if plan != first]
     plans = plans[:MAX_CANDIDATES]
@@ -89,8 +86,7 @@ def _candidates(m, n, k, units, pipe, tma, fp8, fp8_fields, fp8_max_split, fp8_a
     if fp8:
         plans += [plan for plan in fp8_plans(m, n, k, units)
                   if plan != first and (fp8_fields or (plan.cg == 1 and plan.mc == 1 and m <= plan.mp))
-                  and plan.split_k <= fp8_max_split and (fp8_ahead or not plan.ahead) and (fp8_cv or not plan.cv)
-                  and (fp8_ng or plan.ng == 1)]
+                  and plan.split_k <= fp8_max_split and (fp8_ahead or not plan.ahead) and (fp8_cv or not plan.cv)]
     if pipe:
         plans += [plan for plan in pipe_plans(m, n, k, units, PIPE_CANDIDATES, tma) if plan != first]
     return plans
@@ -116,8 +112,7 @@ def candidates(m: int, n: int, k: int, device: torch.device) -> list:
 def candidates_for_units(m: int, n: int, k: int, units: int, sm90: bool) -> list:
     """`candidates` on a GPU of `units` SMs, sm_90 or not, under the flags above as they are now."""
     return list(_candidates(m, n, k, units, sm90, PIPE_TMA_MEMCHECKED, FP8_MEMCHECKED and sm90,
-                            FP8_FIELDS_MEMCHECKED, FP8_MEMCHECKED_MAX_SPLIT, FP8_AHEAD_CHECKED, FP8_CV_CHECKED,
-                            FP8_NG_CHECKED))
+                            FP8_FIELDS_MEMCHECKED, FP8_MEMCHECKED_MAX_SPLIT, FP8_AHEAD_CHECKED, FP8_CV_CHECKED))
 
 
 def plan_label(plan) -> str:
@@ -127,15 +122,13 @@ def plan_label(plan) -> str:
     copy warps where there are any and ".t" for tensor-map copies. The DequantPlan: "dq.cublas". An
     fp8 plan: "f8.m64.q7" (rows of A per CTA, stages), then ".s4" for split-K, ".g2" for consumer
     warpgroups and ".x4" for B tiles sharing A's copies, where there is more than one, ".a6" for
-    the chunks of B converted ahead of A, ".v4" for the converted ring of converter warpgroups and
-    ".n2" for warpgroups along N."""
+    the chunks of B converted ahead of A and ".v4" for the converted ring of converter warpgroups."""
     if isinstance(plan, DequantPlan):
         return "dq.cublas"
     if isinstance(plan, Fp8Plan):
         return (f"f8.m{plan.mp}.q{plan.stages}" + (f".s{plan.split_k}" if plan.split_k > 1 else "")
                 + (f".g{plan.cg}" if plan.cg > 1 else "") + (f".x{plan.mc}" if plan.mc > 1 else "")
-                + (f".a{plan.ahead}" if plan.ahead else "") + (f".v{plan.cv}" if plan.cv else "")
-                + (f".n{plan.ng}" if plan.ng > 1 else ""))
+                + (f".a{plan.ahead}" if plan.ahead else "") + (f".v{plan.cv}" if plan.cv else ""))
     if isinstance(plan, PipePlan):
         label = f"p.n{plan.bn}.m{plan.bm}.s{plan.split_k}.k{plan.kc}.q{plan.stages}"
         return label + (f".w{plan.cw}" if plan.cw else "") + (".t" if plan.tma else "")
@@ -278,7 +271,7 @@ def _fp8_launcher(m, n, k, device, plan):
     quant_block = (fp8_quant_threads(k), 1, 1)  # a thread per 8 values of a row
     dims = grid(m, n, plan)
     b_map_of = _map_of_last_address(
-        lambda address: runtime.tensor_map_2d(device, address, 1, n, k // 2, k // 2, fp8_bn(plan), 128,
+        lambda address: runtime.tensor_map_2d(device, address, 1, n, k // 2, k // 2, FP8_BN, 128,
                                               swizzle=runtime.SWIZZLE_128B))
 
     def run(a, b_q, b_scale_sh, out):

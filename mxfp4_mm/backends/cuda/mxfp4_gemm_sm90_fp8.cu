@@ -11,7 +11,7 @@
 //    chunk layout so that a chunk of A is one contiguous bulk copy; a_exp[m] = the row's exponent, or
 //    ROW_INEXACT when the row does not fold (a block more than 11 binades below the row's largest,
 //    an exponent out of [-64, 64], NaN or inf).
-// 2. mxfp4_gemm_fp8 (one CTA per NG x 64 rows of B, MP rows of A and K range: SPLITK CTAs along K form
+// 2. mxfp4_gemm_fp8 (one CTA per 64 rows of B, MP rows of A and K range: SPLITK CTAs along K form
 //    a cluster and sum their partial tiles in rank order through distributed shared memory): a copy
 //    warp fills a ring of chunks (B codes through a tensor map with the 128-byte swizzle, A's e4m3 chunk by a
 //    bulk copy issued after griddepcontrol.wait, so B's first two chunks are in flight while A is
@@ -39,14 +39,13 @@
 //   A e4m3 in global memory: [M tile][chunk][k16 group][MP rows] x 16 B, K permuted inside a chunk
 //   (a_permuted_offset); in a stage: one (M tile, chunk);
 //   B converted: in registers, two sets (the chunk converted, the chunk multiplied);
-//   B codes as the tensor map lands them: BN rows x 128 B, 16-byte unit u of row r at r*128 + (u ^ r%8)*16;
+//   B codes as the tensor map lands them: 64 rows x 128 B, 16-byte unit u of row r at r*128 + (u ^ r%8)*16;
 //   B converted ahead (AHEAD): [chunk][k16 group][64 rows] x 16 B, A's K order (store_fragments).
 //
 // Compile-time configuration (-D): GN GK (shape), MP (rows of A per CTA: the wgmma n, 8..128),
 // STAGES (ring slots), SPLITK (CTAs along K, one cluster), CG (consumer warpgroups: 1, 2, 4), MC (B
 // tiles sharing A's copies by multicast: 1, 2, 4; the grid's x a multiple of it), AHEAD (a CTA's first
-// AHEAD chunks of B converted into shared memory before A is waited for), NG (warpgroups side by side
-// along N, each its own 64 rows of B: 1, 2). M is a launch argument; the
+// AHEAD chunks of B converted into shared memory before A is waited for). M is a launch argument; the
 // grid's z covers it in tiles of MP rows.
 //
 // AHEAD is for small M and long K, where A (behind B's copies and the quantization grid) lands
@@ -77,9 +76,6 @@
 #ifndef CV
 #define CV 0
 #endif
-#ifndef NG
-#define NG 1
-#endif
 
 #include "mxfp4_exact.h"
 #include "mxfp4_fold_sm90.h"
@@ -89,8 +85,7 @@
 typedef unsigned long long u64;
 
 constexpr int KC = 256;                            // K per chunk: a B box row is 128 bytes, the swizzle's span
-constexpr int WG_ROWS = 64;                        // rows of B per warpgroup: one m64 wgmma tile
-constexpr int BN = NG * WG_ROWS;                   // rows of B per CTA: NG warpgroups side by side along N
+constexpr int BN = 64;                             // rows of B per CTA: one m64 wgmma tile
 constexpr int KBLOCKS = GK / 32;
 constexpr int SCOLS = (KBLOCKS + 7) / 8 * 8;       // columns of the shuffled scale tensor
 constexpr int CHUNKS = GK / KC;
@@ -102,12 +97,12 @@ constexpr int BX_CHUNK = BN * KC;                  // a chunk of B converted to 
 constexpr int A_SLICE = A_CHUNK / MC;              // the part of an A chunk each CTA of a multicast group copies
 constexpr int GROUP_SCALES = SCOLS * 32;           // the scale bytes of one 32-row group of B
 constexpr int WG = 128;                            // threads of a warpgroup
-constexpr int CONSUMERS = NG * CG * WG;            // the warpgroups that convert B
+constexpr int CONSUMERS = CG * WG;                 // the warpgroups that convert B
 // CV > 0: the converters store B's e4m3 chunks to a ring of CV slots, one more warpgroup multiplies
 // them (and A, in a ring of as many slots) from shared memory, and B and A have a copy warp each.
 constexpr int WORKERS = CONSUMERS + (CV ? WG : 0);
 constexpr int NTHREADS = WORKERS + (CV ? 64 : 32);  // + the copy warp(s)
-constexpr int SUM_WGS = CV ? 1 : CG;               // the warpgroups whose partial tiles of one row group add up
+constexpr int MMA_WGS = CV ? 1 : CG;               // the warpgroups that hold accumulators
 constexpr int B_STRIDE = CV ? B_BOX : STAGE;       // between B's slots in the ring
 constexpr int WG_BLOCKS = NB / CG;                 // a warpgroup's blocks of each chunk
 constexpr int ROW_INEXACT = -1000;
@@ -117,7 +112,7 @@ constexpr int P_STRIDE = BN + 4;                   // floats per row of the part
 // ~1.4 us after the grid's end with 2 stages in flight, ~2.2 with 4, ~3.0 with 10), and A then lands
 // 0.3 us after the wait.
 constexpr int B_BEFORE_A = 2;  // at most STAGES (static_assert: STAGES >= 2)
-// Dynamic shared memory: STAGES * B_STRIDE + (AHEAD + CV) * (BX_CHUNK + A_CHUNK) + BN / 32 * GROUP_SCALES
+// Dynamic shared memory: STAGES * B_STRIDE + (AHEAD + CV) * (BX_CHUNK + A_CHUNK) + 2 * GROUP_SCALES
 // + 1024 (plans.py's fp8_smem_bytes).
 
 static_assert(GK % KC == 0, "GK: whole chunks");
@@ -132,10 +127,6 @@ static_assert((MC == 1 || MC == 2 || MC == 4) && MC * SPLITK <= 8, "MC: a cluste
 // Every CTA has chunks left for the ring after its AHEAD ones (the fewest a CTA takes: CHUNKS / SPLITK).
 static_assert(AHEAD >= 0 && AHEAD < CHUNKS / SPLITK && (AHEAD == 0 || MC == 1), "AHEAD: A's ahead chunks copied whole by each CTA");
 static_assert(CV >= 0 && CV <= 16 && (CV == 0 || (MC == 1 && AHEAD == 0)), "CV: one CTA's copies, no chunks ahead");
-// NG > 1: each warpgroup converts and multiplies every block of a chunk for its own 64 rows of B, so
-// A's chunk (the CTA's largest copy) serves NG x 64 rows of B: fewer bytes from L2 per output.
-static_assert((NG == 1 || NG == 2) && (NG == 1 || (CG == 1 && MC == 1 && AHEAD == 0 && CV == 0)),
-              "NG: 1, or 2 warpgroups along N with no K sharing, multicast, chunks ahead or converters");
 // A stage's consumers release it: every thread (MC = 1), or lane 0 of every warp of each CTA of the
 // multicast group on every CTA's barrier (MC > 1).
 constexpr int EMPTY_ARRIVALS = MC == 1 ? CONSUMERS : MC * CONSUMERS / 32;
@@ -301,9 +292,9 @@ struct BFragments {
 };
 typedef u32 Fragments[WG_BLOCKS][4];
 
-__device__ __forceinline__ BFragments b_fragments(const int* b_max, int first_chunk, int b0, int row0, int wt) {
+__device__ __forceinline__ BFragments b_fragments(const int* b_max, int first_chunk, int b0, int wt) {
     BFragments f;
-    const int t = wt & 3, g = (wt & 31) >> 2, warp_rows = row0 + 16 * (wt >> 5);
+    const int t = wt & 3, g = (wt & 31) >> 2, warp_rows = 16 * (wt >> 5);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int r = warp_rows + g + 8 * h;
@@ -481,7 +472,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xFFFFFFFFu, tid >> 5, 0);
     const int n0 = blockIdx.x * BN, split = blockIdx.y, m0 = blockIdx.z * MP;
     const int chunk_begin = split * CHUNKS / SPLITK, chunks = (split + 1) * CHUNKS / SPLITK - chunk_begin;
-    const int groups = min(BN / 32, (GN - n0 + 31) / 32);  // 32-row groups of scales inside the tensor
+    const int groups = min(2, (GN - n0 + 31) / 32);  // 32-row groups of scales inside the tensor
     const u8* const a_tile = a_e4m3 + (size_t)blockIdx.z * CHUNKS * A_CHUNK;
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -583,12 +574,9 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
         }
         __syncwarp();
     } else {
-        // warpgroup wg: rows row0.. of the CTA's B (NG > 1), blocks b0.. of each chunk (CG > 1)
-        const int t = tid, wg = warp / 4, wt = t % WG, row0 = NG > 1 ? wg * WG_ROWS : 0,
-                  b0 = NG > 1 ? 0 : wg * WG_BLOCKS;
+        const int t = tid, wg = warp / 4, wt = t % WG, b0 = wg * WG_BLOCKS;
         mbar_wait(&scales_landed, 0);
-        if (NG > 1 ? wg < NG : wg == 0)  // each warpgroup of rows: its rows' scale range
-            scale_range(scales + row0 / 32 * GROUP_SCALES, b_max + row0, b_min + row0, wt);
+        if (wg == 0) scale_range(scales, b_max, b_min, wt);
         workers_sync();
         if (t < BN && n0 + t < GN) {
             const int hi = b_max[t], lo = b_min[t];
@@ -596,7 +584,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
         }
 #if CV
         if (wg < CG) {  // a converter: B's codes from their ring to e4m3 in the converted ring
-            const BFragments frags = b_fragments(b_max, chunk_begin, b0, row0, wt);
+            const BFragments frags = b_fragments(b_max, chunk_begin, b0, wt);
             Fragments frag;
 #pragma unroll 1
             for (int lc = 0; lc < chunks; ++lc) {
@@ -624,7 +612,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             }
         }
 #else
-        const BFragments frags = b_fragments(b_max, chunk_begin, b0, row0, wt);
+        const BFragments frags = b_fragments(b_max, chunk_begin, b0, wt);
         if constexpr (AHEAD > 0) {
             // the first AHEAD chunks converted and their stages released with no wait on A
             Fragments frag;
@@ -688,19 +676,18 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
             exact_partial(a + (size_t)m0 * GK, b_q, b_scale_sh, part_tile, n0, chunk_begin * NB,
                           (chunk_begin + chunks) * NB, min(MP, m_size - m0), t);
         } else {
-            // accumulator d[j][q]: B row row0 + 16 * (warp % 4) + lane / 4 (+8 for q >= 2), token 8j +
-            // 2 * (lane % 4) (+1 odd q); the row exponents scale it exactly (a power of two), so the
-            // warpgroups' and the splits' partials share their units. Of the warpgroups that share a
-            // chunk's blocks (CG), the first stores and the others add in order; NG's own rows store at once.
+            // accumulator d[j][q]: B row 16 * (warp % 4) + lane / 4 (+8 for q >= 2), token 8j + 2 * (lane % 4)
+            // (+1 odd q); the row exponents scale it exactly (a power of two), so the warpgroups' and
+            // the splits' partials share their units. Warpgroup 0 stores, the others add in order.
             // Two multiplies, by 2^(token's exponent) then 2^(B row's), round as one by 2^(their sum):
             // the token's is in [-64, 64] and a nonzero accumulator in [2^-18, 2^31) (sums of e4m3
             // products), so the first is exact; and a factor a token, one a row, not one a value.
-            const int r = row0 + 16 * (warp % 4) + (lane >> 2), m_pair = 2 * (lane & 3);
+            const int r = 16 * (warp % 4) + (lane >> 2), m_pair = 2 * (lane & 3);
             // 127 bias + 6 (B) + 6 (A); rows past N (b_max 0) are never stored: any normal factor will do
             const float fb0 = pow2_normal(max(b_max[r] - 139, -126)), fb1 = pow2_normal(max(b_max[r + 8] - 139, -126));
 #pragma unroll 1
-            for (int g = 0; g < SUM_WGS; ++g) {
-                if (wg / NG == g + (CV ? CG : 0)) {
+            for (int g = 0; g < MMA_WGS; ++g) {
+                if (wg == g + (CV ? CG : 0)) {
 #pragma unroll
                     for (int j = 0; j < MP / 8; ++j) {
                         const int m = 8 * j + m_pair;
@@ -714,7 +701,7 @@ mxfp4_gemm_fp8(const __grid_constant__ TensorMap b_map, const u8* __restrict__ b
                         p[P_STRIDE + 8] = g ? p[P_STRIDE + 8] + v[3] : v[3];
                     }
                 }
-                if (SUM_WGS > 1) workers_sync();
+                if (MMA_WGS > 1) workers_sync();
             }
         }
     }

@@ -47,14 +47,11 @@ DEQUANT_THREADS = 256
 # ahead: a CTA's first chunks of B converted into shared memory before A is waited for (0: none);
 # cv: converter warpgroups (cg of them) store B's e4m3 chunks to a ring of cv slots that one more
 # warpgroup multiplies with A's (a ring of as many slots) from shared memory (0: the cg warpgroups
-# convert into registers and multiply themselves); stages is then the depth of B's code ring;
-# ng: warpgroups side by side along N, each converting and multiplying its own 64 rows of B over every
-# block of a chunk (a CTA then owns ng x 64 rows of B, and each A chunk it copies serves all of them).
-Fp8Plan = collections.namedtuple("Fp8Plan", "kind mp stages split_k cg mc ahead cv ng", defaults=(1, 1, 1, 0, 0, 1))
+# convert into registers and multiply themselves); stages is then the depth of B's code ring.
+Fp8Plan = collections.namedtuple("Fp8Plan", "kind mp stages split_k cg mc ahead cv", defaults=(1, 1, 1, 0, 0))
 FP8 = "f8"
 FP8_KC = 256  # K per chunk (the kernel's KC)
-FP8_BN = 64   # rows of B per warpgroup (a CTA has ng x FP8_BN)
-FP8_NGS = (1, 2)  # warpgroups along N
+FP8_BN = 64   # rows of B per CTA
 FP8_MPS = (8, 16, 32, 64, 128)  # the wgmma n sizes of the e4m3 wrappers in wgmma_sm90a.h
 FP8_CGS = (1, 2, 4)  # consumer warpgroups: each takes 8 / cg of a chunk's 32-value blocks
 FP8_MCS = (1, 2, 4)  # B tiles sharing A's copies (1/mc of each A chunk per CTA: whole 16-byte units)
@@ -90,19 +87,14 @@ def chunks_per_warp(k: int, plan: Plan) -> int:
     return -(-(-(-chunks(k) // plan.split_k)) // plan.wk)
 
 
-def fp8_stage_bytes(mp: int, ng: int = 1) -> int:
-    """A chunk in the fp8 kernel's ring: ng x 64 rows of B codes and mp rows of A's e4m3 bytes."""
-    return ng * FP8_BN * FP8_KC // 2 + mp * FP8_KC
-
-
-def fp8_bn(plan) -> int:
-    """Rows of B per CTA."""
-    return plan.ng * FP8_BN
+def fp8_stage_bytes(mp: int) -> int:
+    """A chunk in the fp8 kernel's ring: 64 rows of B codes and mp rows of A's e4m3 bytes."""
+    return FP8_BN * FP8_KC // 2 + mp * FP8_KC
 
 
 def fp8_threads(plan) -> int:
     """The consumer warpgroups and the copy warp; with cv, the MMA warpgroup and a second copy warp."""
-    return 128 * plan.cg * plan.ng + 32 + (160 if plan.cv else 0)
+    return 128 * plan.cg + 32 + (160 if plan.cv else 0)
 
 
 def fp8_m_tiles(m: int, plan) -> int:
@@ -123,9 +115,9 @@ def fp8_quant_threads(k: int) -> int:
     return -(-threads // 32) * 32
 
 
-def fp8_tiles(m: int, n: int, ng: int = 1, mp: int = 0) -> int:
-    """CTAs of one K range at M's mp (or the mp given): B tiles of ng x 64 rows x M tiles."""
-    return -(-n // (ng * FP8_BN)) * -(-m // (mp or fp8_mp(m)))
+def fp8_tiles(m: int, n: int) -> int:
+    """CTAs of one K range at M's mp: B tiles x M tiles."""
+    return -(-n // FP8_BN) * -(-m // fp8_mp(m))
 
 
 def fp8_mp(m: int) -> int:
@@ -140,29 +132,28 @@ def fp8_ahead_chunk_bytes(mp: int) -> int:
 
 def fp8_smem_bytes(k: int, plan) -> int:
     """The fp8 kernel's dynamic shared memory: the ring, the chunks converted ahead, the CTA's B
-    scales (its 32-row groups over all of K) and 1 KB of slack for the ring's 1024-byte alignment."""
+    scales (two 32-row groups over all of K) and 1 KB of slack for the ring's 1024-byte alignment."""
     scale_cols = (k // 32 + 7) // 8 * 8
-    return fp8_ring_bytes(plan) + fp8_bn(plan) // 32 * scale_cols * 32 + 1024
+    return fp8_ring_bytes(plan) + 2 * scale_cols * 32 + 1024
 
 
 def fp8_ring_bytes(plan) -> int:
     """The ring (B's codes and A, or with cv B's codes only), the chunks converted ahead, and with cv
     the converted ring and A's."""
-    b_slot = FP8_BN * FP8_KC // 2 if plan.cv else fp8_stage_bytes(plan.mp, plan.ng)
+    b_slot = FP8_BN * FP8_KC // 2 if plan.cv else fp8_stage_bytes(plan.mp)
     return plan.stages * b_slot + (plan.ahead + plan.cv) * fp8_ahead_chunk_bytes(plan.mp)
 
 
-def fp8_plan(m: int, k: int, split_k: int = 1, cg: int = 1, ng: int = 1, mp: int = 0):
-    """The fp8 plan for M's class (tiles of 128 rows above it) or the mp given, split_k, cg and ng
-    with as many ring stages as fit (at most a CTA's chunks, at most 16); None where the kernel does
-    not serve the shape."""
-    mp = mp or fp8_mp(m)
+def fp8_plan(m: int, k: int, split_k: int = 1, cg: int = 1):
+    """The fp8 plan for M's class (tiles of 128 rows above it), split_k and cg with as many ring
+    stages as fit (at most a CTA's chunks, at most 16); None where the kernel does not serve the shape."""
+    mp = fp8_mp(m)
     if k % FP8_KC or not 1 <= split_k <= min(8, k // FP8_KC):
         return None
-    room = MAX_SMEM - FP8_STATIC_SMEM - fp8_smem_bytes(k, Fp8Plan(FP8, mp, 0, ng=ng))
-    stages = max(2, min(-(-(k // FP8_KC) // split_k), 16, room // fp8_stage_bytes(mp, ng)))
-    plan = Fp8Plan(FP8, mp, stages, split_k, cg, ng=ng)
-    return plan if fp8_is_valid(m, fp8_bn(plan), k, plan) else None
+    room = MAX_SMEM - FP8_STATIC_SMEM - fp8_smem_bytes(k, Fp8Plan(FP8, mp, 0))
+    stages = max(2, min(-(-(k // FP8_KC) // split_k), 16, room // fp8_stage_bytes(mp)))
+    plan = Fp8Plan(FP8, mp, stages, split_k, cg)
+    return plan if fp8_is_valid(m, FP8_BN, k, plan) else None
 
 
 def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12) -> list:
@@ -187,28 +178,7 @@ def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12)
         if split == 1:
             plans.append(fp8_paired_plan(m, n, k, compute_units))
     offered = list(dict.fromkeys(plan for plan in plans if plan is not None and fp8_is_valid(m, n, k, plan)))[:limit]
-    return (offered + fp8_ahead_plans(m, n, k, compute_units) + fp8_cv_plans(m, n, k, compute_units)
-            + fp8_ng_plans(m, n, k, compute_units))
-
-
-def fp8_ng_plans(m: int, n: int, k: int, compute_units: int = 132) -> list:
-    """Plans with two warpgroups along N (`ng` = 2: a CTA owns 128 rows of B, and each chunk of A it
-    copies serves both warpgroups). Each CTA's bytes from L2 are mostly A's where M is 64 or more
-    (64x7168x2048 at mp 64: 128 KB of A and 64 KB of B a CTA); with 128 rows of B a CTA, A's share
-    halves. Two warpgroups with accumulators fit the registers up to mp 64, so larger M takes tiles of
-    64 rows. No split and the two largest splits that keep every CTA on its own SM, each at the
-    deepest ring and at 4 stages."""
-    if k % FP8_KC:
-        return []
-    mp = min(fp8_mp(m), 64)
-    tiles = fp8_tiles(m, n, 2, mp)
-    splits = [s for s in range(2, min(8, k // FP8_KC) + 1) if tiles * s <= compute_units][-2:]
-    plans = []
-    for split in [1] + splits[::-1]:
-        deep = fp8_plan(m, k, split, 1, 2, mp)
-        if deep is not None:
-            plans += [deep, deep._replace(stages=min(deep.stages, 4))]
-    return list(dict.fromkeys(plan for plan in plans if fp8_is_valid(m, n, k, plan)))
+    return offered + fp8_ahead_plans(m, n, k, compute_units) + fp8_cv_plans(m, n, k, compute_units)
 
 
 def fp8_ahead_plans(m: int, n: int, k: int, compute_units: int = 132) -> list:
@@ -291,14 +261,12 @@ def fp8_is_valid(m: int, n: int, k: int, plan) -> bool:
     return (isinstance(plan, Fp8Plan) and plan.kind == FP8 and plan.mp in FP8_MPS
             and m >= 1 and fp8_m_tiles(m, plan) <= FP8_MAX_M_TILES
             and plan.cg in FP8_CGS and fp8_registers(plan) <= fp8_register_limit(plan)
-            and plan.mc in FP8_MCS and -(-n // fp8_bn(plan)) % plan.mc == 0 and plan.mc * plan.split_k <= 8
+            and plan.mc in FP8_MCS and -(-n // FP8_BN) % plan.mc == 0 and plan.mc * plan.split_k <= 8
             and k % FP8_KC == 0 and k // 32 <= 1024 and 2 <= plan.stages <= 16
             and 1 <= plan.split_k <= min(8, k // FP8_KC)
             and 0 <= plan.ahead < k // FP8_KC // plan.split_k and not (plan.ahead and plan.mc > 1)
             and (plan.cv == 0 or (2 <= plan.cv <= 16 and plan.mc == 1 and plan.ahead == 0))
-            and plan.ng in FP8_NGS
-            and (plan.ng == 1 or (plan.cg == 1 and plan.mc == 1 and plan.ahead == 0 and plan.cv == 0))
-            and plan.mp * (fp8_bn(plan) + 4) * 4 <= fp8_ring_bytes(plan)
+            and plan.mp * (FP8_BN + 4) * 4 <= fp8_ring_bytes(plan)
             and fp8_smem_bytes(k, plan) + FP8_STATIC_SMEM <= MAX_SMEM)
 
 
@@ -323,7 +291,7 @@ def smem_bytes(m: int, n: int, k: int, plan) -> int:
 
 def grid(m: int, n: int, plan):
     if isinstance(plan, Fp8Plan):
-        return (-(-n // fp8_bn(plan)), plan.split_k, fp8_m_tiles(m, plan))
+        return (-(-n // FP8_BN), plan.split_k, fp8_m_tiles(m, plan))
     if isinstance(plan, PipePlan):
         return (-(-n // plan.bn), plan.split_k, -(-m // plan.bm))
     n_tiles, m_tiles = -(-n // (plan.wn * plan.nt * 16)), -(-m // plan.bm)
@@ -364,9 +332,8 @@ def compile_options(n: int, k: int, plan) -> tuple:
         multicast = (f"-DMC={plan.mc}",) if plan.mc > 1 else ()
         ahead = (f"-DAHEAD={plan.ahead}",) if plan.ahead else ()
         converted = (f"-DCV={plan.cv}",) if plan.cv else ()
-        along_n = (f"-DNG={plan.ng}",) if plan.ng > 1 else ()
         return (f"-DGN={n}", f"-DGK={k}", f"-DMP={plan.mp}", f"-DSTAGES={plan.stages}",
-                f"-DQUANT_THREADS={fp8_quant_threads(k)}") + split + groups + multicast + ahead + converted + along_n
+                f"-DQUANT_THREADS={fp8_quant_threads(k)}") + split + groups + multicast + ahead + converted
     if isinstance(plan, PipePlan):
         values = dict(GN=n, GK=k, BN=plan.bn, BM=plan.bm, SPLITK=plan.split_k, KC=plan.kc, STAGES=plan.stages)
         if plan.cw:
