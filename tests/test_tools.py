@@ -42,6 +42,37 @@ def test_cuda_lab_subcommand_help_works(command):
     assert f"cuda_lab.py {command}" in done.stdout
 
 
+def _cuda_lab():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import cuda_lab
+    return cuda_lab
+
+
+@pytest.mark.parametrize("plan", [None, ("f8", 16, 10, 3, 2), ("pipe", 64, 16, 1), (16, 2, 2, 4, 1, 2, 0)],
+                         ids=["table-fp8", "fp8", "pipe", "mma"])
+def test_cuda_lab_ab_builds_the_variant_from_the_file_the_plan_reads(monkeypatch, plan):
+    # `ab` without --plans once replaced the mma.sync file whatever the table's plan was, so an fp8
+    # variant was timed as the shipped kernel against itself
+    lab = _cuda_lab()
+    cuda, plans = lab.cuda, lab.cuda_plans
+    table = plans.plan_from_fields(["f8", 16, 10, 3, 2])
+    monkeypatch.setattr(cuda, "plan_for", lambda m, n, k, device: table)
+    monkeypatch.setattr(cuda, "make_runner",  # as the backend's: the table's plan when none is named
+                        lambda m, n, k, device, plan: cuda.read_source(cuda._source(plan or cuda.plan_for(m, n, k, device))))
+    chosen = plans.plan_from_fields(list(plan)) if plan else None
+    assert lab.runner_from_source("// the variant", 16, 2112, 7168, "cpu", chosen) == "// the variant"
+    assert cuda.read_source(cuda._source(chosen or table)) != "// the variant"  # restored
+
+
+def test_cuda_lab_ab_stops_when_the_variant_was_not_read(monkeypatch):
+    lab = _cuda_lab()
+    cuda = lab.cuda
+    monkeypatch.setattr(cuda, "make_runner", lambda m, n, k, device, plan: cuda.read_source(cuda.SOURCE))
+    fp8 = lab.cuda_plans.plan_from_fields(["f8", 16, 10, 3, 2])
+    with pytest.raises(SystemExit, match="without reading"):
+        lab.runner_from_source("// the variant", 16, 2112, 7168, "cpu", fp8)
+
+
 def test_readme_lists_every_tool():
     readme = (ROOT / "README.md").read_text()
     tools_section = re.search(r"^## Tools\n(.*?)(?=^## )", readme, re.S | re.M)

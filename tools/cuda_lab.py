@@ -140,6 +140,31 @@ def compare(args, device, timer, variants_of):
     write_json(args.out, rows)
 
 
+def runner_from_source(text, m, n, k, device, plan=None):
+    """A runner of `plan` (the table's when None) whose kernel is built from `text` in place of the file
+    that plan builds from; exits when the build did not read `text`."""
+    # the plan the runner will run (the table's when none is named), so the file it builds from is
+    # the one replaced: a table plan of another kernel would otherwise build from the package's
+    # source, and the "variant" would time the shipped kernel against itself
+    plan = plan or cuda.plan_for(m, n, k, device)
+    replaced = cuda._source(plan)
+    original, reads = cuda.read_source, []
+
+    def read(name):
+        if name != replaced:
+            return original(name)
+        reads.append(name)
+        return text
+    cuda.read_source = read
+    try:
+        runner = cuda.make_runner(m, n, k, device, plan)
+    finally:
+        cuda.read_source = original
+    if not reads:
+        sys.exit(f"cuda_lab ab: {m}x{n}x{k}'s plan {plan} was built without reading the other source ({replaced})")
+    return runner
+
+
 def ab(args, device, timer):
     """The table's plans built from this kernel source ("now") and from each other source file (named by
     its stem; "before" when there is one), interleaved."""
@@ -150,18 +175,8 @@ def ab(args, device, timer):
     others = {name: path.read_text() for name, path in zip(names, paths)}
     if not hasattr(cuda, "read_source"):
         sys.exit("cuda_lab ab: the cuda backend no longer reads its source through read_source")
-
-    def with_source(text, m, n, k, plan):
-        original = cuda.read_source
-        replaced = cuda._source(plan) if plan is not None else cuda.SOURCE  # the kernel file the plan builds from
-        cuda.read_source = lambda name: text if name == replaced else original(name)
-        try:
-            return cuda.make_runner(m, n, k, device, plan)
-        finally:
-            cuda.read_source = original
-
     compare(args, device, timer, lambda m, n, k, plan: {
-        **{name: with_source(text, m, n, k, plan) for name, text in others.items()},
+        **{name: runner_from_source(text, m, n, k, device, plan) for name, text in others.items()},
         "now": cuda.make_runner(m, n, k, device, plan)})
 
 
