@@ -57,8 +57,10 @@ def test_cuda_lab_ab_builds_the_variant_from_the_file_the_plan_reads(monkeypatch
     cuda, plans = lab.cuda, lab.cuda_plans
     table = plans.plan_from_fields(["f8", 16, 10, 3, 2])
     monkeypatch.setattr(cuda, "plan_for", lambda m, n, k, device: table)
-    monkeypatch.setattr(cuda, "make_runner",  # as the backend's: the table's plan when none is named
-                        lambda m, n, k, device, plan: cuda.read_source(cuda._source(plan or cuda.plan_for(m, n, k, device))))
+
+    def make_runner(m, n, k, device, plan):  # as the backend's: the table's plan when none is named
+        return cuda.read_source(cuda._source(plan or cuda.plan_for(m, n, k, device)))
+    monkeypatch.setattr(cuda, "make_runner", make_runner)
     chosen = plans.plan_from_fields(list(plan)) if plan else None
     assert lab.runner_from_source("// the variant", 16, 2112, 7168, "cpu", chosen) == "// the variant"
     assert cuda.read_source(cuda._source(chosen or table)) != "// the variant"  # restored
