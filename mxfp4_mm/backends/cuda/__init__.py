@@ -269,6 +269,7 @@ def _fp8_launcher(m, n, k, device, plan):
     rows = fp8_m_tiles(m, plan) * plan.mp  # A padded to whole tiles (the quantization writes zeros there)
     a_bytes = rows * k
     quant_block = (fp8_quant_threads(k), 1, 1)  # a thread per 8 values of a row
+    gemm_block = (fp8_threads(plan), 1, 1)
     dims = grid(m, n, plan)
     b_map_of = _map_of_last_address(
         lambda address: runtime.tensor_map_2d(device, address, 1, n, k // 2, k // 2, FP8_BN, 128,
@@ -279,7 +280,7 @@ def _fp8_launcher(m, n, k, device, plan):
         a_exp = scratch.data_ptr() + a_bytes  # the row exponents after A's bytes (an address: no view per call)
         b_map = b_map_of(b_q.data_ptr())
         quantize_a((rows, 1, 1), quant_block, 0, a, scratch, a_exp, m)
-        launch_gemm(dims, (fp8_threads(plan), 1, 1), shared, b_map, b_scale_sh, scratch, a_exp, a, b_q, out, m)
+        launch_gemm(dims, gemm_block, shared, b_map, b_scale_sh, scratch, a_exp, a, b_q, out, m)
 
     return run
 

@@ -111,7 +111,8 @@ def fp8_quant_threads(k: int) -> int:
     8x2112x7168 0.1-0.2; H100, two rounds), while at K = 1536 and 2048 halving the threads cost 0.1
     (notes/results/2026-12-07/h100-quant-threads/). The kernel is built for it (QUANT_THREADS)."""
     words = k // 8
-    threads = -(-words // -(-words // FP8_QUANT_MAX_THREADS))
+    words_per_thread = -(-words // FP8_QUANT_MAX_THREADS)
+    threads = -(-words // words_per_thread)
     return -(-threads // 32) * 32
 
 
