@@ -21,9 +21,10 @@ step 150 python3 $G $L/gq.cu 40 $OUT/gq1.json
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1
 step 150 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 python3 $G $L/gq.cu 1 --check-only
 unset PYTORCH_NO_CUDA_MEMORY_CACHING
-for r in 1 2; do step 60 python3 tools/cuda_lab.py ab $L/pairs.cu $L/batched.cu --shapes "$S" --reps 40 --out $OUT/pairs$r.json; done
+step 60 python3 tools/cuda_lab.py ab $L/pairs.cu $L/batched.cu --shapes "$S" --reps 40 --out $OUT/pairs1.json
 step 60 python3 tools/cuda_lab.py ab $L/noconv.cu $L/nomma.cu $L/noboth.cu --shapes "$S" --reps 40 --out $OUT/ablate1.json
-step 60 python3 tools/cuda_lab.py ab $L/bba1.cu $L/bba3.cu --shapes "$S" --reps 40 --out $OUT/bba1.json
 step 60 python3 $G $L/gq.cu 40 $OUT/gq2.json
+step 60 python3 tools/cuda_lab.py ab $L/bba1.cu $L/bba3.cu --shapes "$S" --reps 40 --out $OUT/bba1.json
+step 60 python3 tools/cuda_lab.py ab $L/pairs.cu $L/batched.cu --shapes "$S" --reps 40 --out $OUT/pairs2.json
 echo "total $(( $(date +%s) - T0 )) s" >> $LOG
 grep -v "^\.\+\|^$\|PytestBenchmarkWarning" $LOG | tail -c 9000
