@@ -4,7 +4,8 @@ one cooperative launch) against the shipped two launches. Per plan: A's bytes co
 quantization kernel's byte for byte (random, tiny blocks, huge rows), the result checked against the
 reference, then interleaved harness-method timings.
 
-usage: python3 gq_lab.py GQ_SOURCE REPS [OUT.json] [--check-only]"""
+usage: python3 gq_lab.py GQ_SOURCE[,GQ_SOURCE...] REPS [OUT.json] [--check-only] [--no-cooperative]
+(several sources: variants named by their file stems, each checked and timed beside the shipped path)"""
 import ctypes
 import json
 import sys
@@ -90,7 +91,7 @@ def inputs(m, n, k, device, kind, seed):
 
 
 def main():
-    source = Path(sys.argv[1]).read_text()
+    sources = {Path(path).stem: Path(path).read_text() for path in sys.argv[1].split(",")}
     reps = int(sys.argv[2])
     out = sys.argv[3] if len(sys.argv) > 3 and not sys.argv[3].startswith("--") else None
     check_only = "--check-only" in sys.argv
@@ -107,27 +108,30 @@ def main():
         if not isinstance(plan, P.Fp8Plan):
             continue
         cuda._check_plan(m, n, k, plan)
-        gq = gq_runner(source, m, n, k, device, plan, cooperative)
+        variants = {name: gq_runner(text, m, n, k, device, plan, cooperative) for name, text in sources.items()}
         shipped = cuda.make_runner(m, n, k, device, plan)
         module = runtime.load_module(cuda.read_source(cuda.FP8_SOURCE), device, P.compile_options(n, k, plan),
                                      cuda.compile_target(device, plan))
-        verdict = {}
-        for kind, seed in (("random", 7), ("tiny", 8), ("huge", 9)):
-            data = inputs(m, n, k, device, kind, seed)
-            c = gq(*cuda_lab.runner_args(data))
-            torch.cuda.synchronize(device)
-            mine = gq.state["scratch"].cpu()
-            theirs = cuda_lab.quantized_a(module, P.fp8_quant_threads(k), data[0], gq.ctas_rows, k, m)
-            same = bool(torch.equal(mine, theirs))
-            close = bench.harness_close(c, bench.reference(data))
-            same_c = bool(torch.equal(c, shipped(*cuda_lab.runner_args(data))))
-            verdict[kind] = (same, close, same_c)
         label = cuda.plan_label(plan)
-        print(f"{m}x{n}x{k} {label} gq={gq.gq}: A bytes equal / close to reference / C equal to shipped: {verdict}",
-              flush=True)
-        row = {"shape": [m, n, k], "plan": list(plan), "gq": gq.gq, "verdict": verdict}
+        row = {"shape": [m, n, k], "plan": list(plan), "verdict": {}}
+        for name, gq in variants.items():
+            verdict = {}
+            for kind, seed in (("random", 7), ("tiny", 8), ("huge", 9)):
+                data = inputs(m, n, k, device, kind, seed)
+                c = gq(*cuda_lab.runner_args(data))
+                torch.cuda.synchronize(device)
+                mine = gq.state["scratch"].cpu()
+                theirs = cuda_lab.quantized_a(module, P.fp8_quant_threads(k), data[0], gq.ctas_rows, k, m)
+                same = bool(torch.equal(mine, theirs))
+                close = bench.harness_close(c, bench.reference(data))
+                same_c = bool(torch.equal(c, shipped(*cuda_lab.runner_args(data))))
+                verdict[kind] = (same, close, same_c)
+            print(f"{m}x{n}x{k} {label} {name} gq={gq.gq}: A bytes equal / close to reference / C equal to shipped: "
+                  f"{verdict}", flush=True)
+            row["gq"] = gq.gq
+            row["verdict"][name] = verdict
         if not check_only:
-            med, ok = cuda_lab.checked_medians({"shipped": shipped, "gq": gq}, m, n, k, device, reps, timer)
+            med, ok = cuda_lab.checked_medians({"shipped": shipped, **variants}, m, n, k, device, reps, timer)
             print(cuda_lab.variant_line(m, n, k, label, med, ok), flush=True)
             row.update(us=med, ok=ok)
         rows.append(row)
