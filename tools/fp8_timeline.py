@@ -1,6 +1,7 @@
 """Where an fp8 plan's time goes: a timeline of every GEMM CTA (NVIDIA GPU, sm_90).
 
     python3 tools/fp8_timeline.py 16,2112,7168 f8,16,10,3,2 [--reps 30] [--gemm-only] [--carveout -1] [--no-flush]
+                                  [--source FILE [--gq]]
 
 Builds an instrumented copy of mxfp4_gemm_sm90_fp8.cu (the package's kernel is not changed: marks are
 inserted into its text at fixed anchor lines, and the build fails loudly when an anchor moves) and
@@ -14,6 +15,12 @@ driver's default, -1). `--no-flush` leaves the L2 as the previous call left it (
 kernel's code stay there): against the flushed timeline it shows which phases wait on DRAM.
 A mark taken by a consumer thread at a wait ("A chunk0 landed") is when the thread got past the wait:
 the data may have landed earlier.
+`--source FILE` instruments another version of the kernel file (a lab variant). `--gq`: FILE quantizes
+A inside the GEMM's launch (-DGQ, `notes/results/2026-12-08/fp8-grid-quant/`): one launch, the rows a
+CTA worked out from the grid, a zeroed barrier word pair as the GEMM's last argument before the
+timeline's; "quantization" is then from the first CTA's start to the grid barrier's opening, and the
+"grid dependency released" mark is the copy warp past that barrier. (A plain launch: every CTA of an
+fp8 plan is resident at once, one an SM, when nothing else runs.)
 """
 
 import argparse
@@ -88,9 +95,23 @@ EDITS = (
 )
 
 
-def instrumented_source(source: str) -> str:
+# A GQ source's own lines (its other signature, the barrier's wait and its opening)
+_GQ_WAIT = "            while (ld_acquire_gpu(grid_bar + 1) == gq_generation) __nanosleep(20);\n"
+_GQ_OPEN = "                    st_release_gpu(grid_bar + 1, gq_generation + 1);\n"
+GQ_EDITS = (
+    ("const int m_size, u32* __restrict__ grid_bar) {",
+     "const int m_size, u32* __restrict__ grid_bar, unsigned long long* __restrict__ tl) {\n"
+     "    const long long tl_t0 = clock64();\n"
+     f"    unsigned long long* tl_row = tl + {HEADER} + {SLOTS} * (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));\n"
+     f"    if (threadIdx.x == 0) {{ {_NOW} tl_row[0] = g; atomicMin(tl, g); }}\n"),
+    (_GQ_WAIT, _GQ_WAIT + f"            {_mark(3)}\n"),
+    (_GQ_OPEN, _GQ_OPEN + f"                    {{ {_NOW} atomicMax(tl + 1, g); }}\n"),
+)
+
+
+def instrumented_source(source: str, gq: bool = False) -> str:
     """The fp8 kernel's source with the timeline's marks; the GEMM's last statement gets the end mark."""
-    for anchor, replacement in EDITS:
+    for anchor, replacement in EDITS + (GQ_EDITS if gq else ()):
         if source.count(anchor) != 1:
             raise ValueError(f"fp8_timeline: anchor found {source.count(anchor)} times, not once: {anchor!r}")
         source = source.replace(anchor, replacement)
@@ -109,14 +130,23 @@ def main(argv=None):
     parser.add_argument("--no-flush", action="store_true", help="do not flush the L2 before each call")
     parser.add_argument("--carveout", type=int, default=-1,
                         help="the quantization kernel's preferred shared-memory carveout in percent (-1: the driver's default)")
+    parser.add_argument("--source", help="instrument this version of the fp8 kernel file instead of the package's")
+    parser.add_argument("--gq", action="store_true", help="--source quantizes A inside the GEMM's launch (-DGQ)")
     args = parser.parse_args(argv)
+    if args.gq and (not args.source or args.gemm_only):
+        sys.exit("fp8_timeline: --gq needs --source and times the whole call (no --gemm-only)")
     m, n, k = parse_shape(args.shape)
     plan = parse_plan(args.plan)
     if not isinstance(plan, cuda_plans.Fp8Plan) or not torch.cuda.is_available() or torch.version.hip:
         sys.exit("fp8_timeline: needs an Fp8Plan and an NVIDIA GPU")
     device = torch.device("cuda")
-    module = runtime.load_module(instrumented_source(cuda.read_source(cuda.FP8_SOURCE)), device,
-                                 cuda_plans.compile_options(n, k, plan), "sm_90a")
+    source = Path(args.source).read_text() if args.source else cuda.read_source(cuda.FP8_SOURCE)
+    rows = cuda_plans.fp8_m_tiles(m, plan) * plan.mp
+    dims = cuda_plans.grid(m, n, plan)
+    ctas = dims[0] * dims[1] * dims[2]
+    gq_rows = (f"-DGQ={-(-rows // ctas)}",) if args.gq else ()
+    module = runtime.load_module(instrumented_source(source, args.gq), device,
+                                 cuda_plans.compile_options(n, k, plan) + gq_rows, "sm_90a")
     api = runtime.api_for(device)
     quant_fn, gemm_fn = module.function("mxfp4_quant_a_e4m3"), module.function("mxfp4_gemm_fp8")
     shared = cuda_plans.smem_bytes(m, n, k, plan)
@@ -124,11 +154,10 @@ def main(argv=None):
               "cuFuncSetAttribute")
     api.check(api.drv.cuFuncSetAttribute(quant_fn.handle, _CARVEOUT_ATTR, ctypes.c_int(args.carveout)),
               "cuFuncSetAttribute")
-    quantize, gemm = quant_fn.launcher("pppip"), gemm_fn.launcher("Tppppppip", dependent=True)
+    quantize = quant_fn.launcher("pppip")
+    gemm = gemm_fn.launcher("Tppppppipp") if args.gq else gemm_fn.launcher("Tppppppip", dependent=True)
+    grid_bar = torch.zeros(2, dtype=torch.int32, device=device)  # --gq: the barrier's counter and generation
     # The launches as `cuda._fp8_launcher` makes them, with the timeline's buffer as a last argument.
-    rows = cuda_plans.fp8_m_tiles(m, plan) * plan.mp
-    dims = cuda_plans.grid(m, n, plan)
-    ctas = dims[0] * dims[1] * dims[2]
     data = bench.generate_input(m, n, k, 0, device)
     a, _, b_q, _, b_scale_sh = data
     b_map = runtime.tensor_map_2d(device, b_q.data_ptr(), 1, n, k // 2, k // 2, cuda_plans.FP8_BN, 128,
@@ -143,10 +172,15 @@ def main(argv=None):
         tl[0] = 2 ** 62  # the quantization's first start: an atomic minimum
 
         def call(quantizes=rep == 0 or not args.gemm_only):
+            block = (cuda_plans.fp8_threads(plan), 1, 1)
+            if args.gq:
+                gemm(dims, block, shared, b_map, b_scale_sh, scratch, scratch.data_ptr() + rows * k, a, b_q, out, m,
+                     grid_bar, tl.data_ptr())
+                return
             if quantizes:
                 quantize((rows, 1, 1), (cuda_plans.fp8_quant_threads(k), 1, 1), 0, a, scratch,
                          scratch.data_ptr() + rows * k, m, tl.data_ptr())
-            gemm(dims, (cuda_plans.fp8_threads(plan), 1, 1), shared, b_map, b_scale_sh, scratch,
+            gemm(dims, block, shared, b_map, b_scale_sh, scratch,
                  scratch.data_ptr() + rows * k, a, b_q, out, m, tl.data_ptr())
 
         us = timer.time_us(call)[1]

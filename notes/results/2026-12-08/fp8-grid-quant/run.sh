@@ -26,6 +26,10 @@ unset PYTORCH_NO_CUDA_MEMORY_CACHING
 step 60 python3 tools/cuda_lab.py ab $L/pairs.cu $L/batched.cu --shapes "$S" --reps 40 --out $OUT/pairs1.json
 step 60 python3 tools/cuda_lab.py ab $L/noconv.cu $L/nomma.cu $L/noboth.cu --shapes "$S" --reps 40 --out $OUT/ablate1.json
 step 60 python3 $G $L/gq.cu,$L/gq_all.cu 40 $OUT/gq2.json
+for w in "256,3072,1536 f8,128,5" "64,7168,2048 f8,64,4,1,2" "16,2112,7168 f8,16,10,3,2"; do
+  step 40 python3 tools/fp8_timeline.py $w --reps 30
+  step 40 python3 tools/fp8_timeline.py $w --reps 30 --source $L/gq.cu --gq
+done
 step 60 python3 tools/cuda_lab.py ab $L/bba1.cu $L/bba3.cu --shapes "$S" --reps 40 --out $OUT/bba1.json
 step 60 python3 tools/cuda_lab.py ab $L/pairs.cu $L/batched.cu --shapes "$S" --reps 40 --out $OUT/pairs2.json
 echo "total $(( $(date +%s) - T0 )) s" >> $LOG
