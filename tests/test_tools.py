@@ -163,3 +163,6 @@ def test_fp8_timeline_marks_find_their_anchors_in_the_kernel():
     assert marked.count("atomicMin(tlq, g)") == 1 and marked.count("atomicMax(tlq + 1, g)") == 1
     with pytest.raises(ValueError, match="anchor"):
         fp8_timeline.instrumented_source(source.replace("griddep_wait();\n", "griddep_wait(); \n"))
+    # --gq marks lines only a grid-quantizing lab version has: on the shipped kernel it must refuse
+    with pytest.raises(ValueError, match="anchor"):
+        fp8_timeline.instrumented_source(source, gq=True)
