@@ -156,7 +156,8 @@ def main(argv=None):
               "cuFuncSetAttribute")
     quantize = quant_fn.launcher("pppip")
     gemm = gemm_fn.launcher("Tppppppipp") if args.gq else gemm_fn.launcher("Tppppppip", dependent=True)
-    grid_bar = torch.zeros(2, dtype=torch.int32, device=device)  # --gq: the barrier's counter and generation
+    grid_bar = torch.zeros(2, dtype=torch.int32, device=device) if args.gq else None  # the barrier's counter and generation
+    block = (cuda_plans.fp8_threads(plan), 1, 1)
     # The launches as `cuda._fp8_launcher` makes them, with the timeline's buffer as a last argument.
     data = bench.generate_input(m, n, k, 0, device)
     a, _, b_q, _, b_scale_sh = data
@@ -172,7 +173,6 @@ def main(argv=None):
         tl[0] = 2 ** 62  # the quantization's first start: an atomic minimum
 
         def call(quantizes=rep == 0 or not args.gemm_only):
-            block = (cuda_plans.fp8_threads(plan), 1, 1)
             if args.gq:
                 gemm(dims, block, shared, b_map, b_scale_sh, scratch, scratch.data_ptr() + rows * k, a, b_q, out, m,
                      grid_bar, tl.data_ptr())
