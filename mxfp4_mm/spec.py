@@ -162,6 +162,12 @@ def e2m1_lut(device) -> torch.Tensor:
     return torch.cat((magnitudes, -magnitudes))
 
 
+def e2m1_byte_lut(device) -> torch.Tensor:
+    """float32 [256, 2]: the values of a packed byte's two codes, element 2j (low nibble) first."""
+    lut = e2m1_lut(device)
+    return torch.stack((lut.repeat(16), lut.repeat_interleave(16)), dim=-1)
+
+
 def dequantize_mxfp4(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """(codes [..., K/2], scales [..., K/32]) -> float32 [..., K]."""
     _require_codes("codes", codes)
@@ -172,9 +178,12 @@ def dequantize_mxfp4(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
                          f"codes.shape[-1] == 16 * scales.shape[-1]), got codes {list(codes.shape)} "
                          f"and scales {list(scales.shape)}")
     _require_same_device("scales", scales, "codes", codes)
-    values = e2m1_lut(codes.device)[unpack_nibbles(codes).long()]
-    blocks = values.reshape(*values.shape[:-1], values.shape[-1] // SCALE_BLOCK, SCALE_BLOCK)
-    return (blocks * e8m0_to_float(scales).unsqueeze(-1)).reshape(values.shape)
+    # e2m1_lut(device)[unpack_nibbles(codes)] times the scale, looked up a byte (two codes) at a time
+    # with 32-bit indices: the same values, about 3x faster on a CPU (notes/performance.md).
+    pairs = e2m1_byte_lut(codes.device).index_select(0, codes.view(torch.uint8).reshape(-1).int())
+    values = pairs.view(*codes.shape[:-1], 2 * codes.shape[-1])
+    blocks = values.view(*values.shape[:-1], values.shape[-1] // SCALE_BLOCK, SCALE_BLOCK)
+    return blocks.mul_(e8m0_to_float(scales).unsqueeze(-1)).view(values.shape)
 
 
 # ---- aiter layouts -------------------------------------------------------------------

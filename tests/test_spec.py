@@ -102,3 +102,28 @@ def test_a_nan_block_gets_the_top_scale_whatever_its_payload(nan_bits):
 
 def test_the_code_table_is_e2m1():
     assert spec.e2m1_lut("cpu").tolist() == list(spec.E2M1_VALUES) + [-v for v in spec.E2M1_VALUES]
+
+
+def _dequantize_by_nibbles(codes, scales):
+    """dequantize_mxfp4 written plainly: a code's value from e2m1_lut, times its block's scale."""
+    values = spec.e2m1_lut(codes.device)[spec.unpack_nibbles(codes).long()]
+    blocks = values.reshape(*values.shape[:-1], values.shape[-1] // 32, 32)
+    return (blocks * spec.e8m0_to_float(scales).unsqueeze(-1)).reshape(values.shape)
+
+
+def test_dequant_equals_the_per_code_lookup_bit_for_bit_on_every_byte_and_scale():
+    # row r: scale byte r on every block; every packed byte in every block, in a fresh order per row
+    g = torch.Generator().manual_seed(7)
+    codes = torch.stack([torch.randperm(256, generator=g) for _ in range(256)]).to(torch.uint8).repeat(1, 2)
+    scales = torch.arange(256, dtype=torch.uint8).unsqueeze(1).repeat(1, 32)
+    got, want = spec.dequantize_mxfp4(codes, scales), _dequantize_by_nibbles(codes, scales)
+    assert got.shape == (256, 1024) and got.view(torch.int32).equal(want.view(torch.int32))
+
+
+@pytest.mark.parametrize("lead", [(), (0,), (3,), (2, 5)])
+def test_dequant_keeps_leading_dims_and_reads_strided_codes(lead):
+    g = torch.Generator().manual_seed(11)
+    codes = torch.randint(0, 256, (*lead, 64, 2), dtype=torch.uint8, generator=g)[..., 0]  # strided
+    scales = torch.randint(100, 150, (*lead, 4), dtype=torch.uint8, generator=g)
+    got = spec.dequantize_mxfp4(codes, scales)
+    assert got.shape == (*lead, 128) and got.equal(_dequantize_by_nibbles(codes.contiguous(), scales))
