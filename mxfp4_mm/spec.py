@@ -163,9 +163,11 @@ def e2m1_lut(device) -> torch.Tensor:
 
 
 def e2m1_byte_lut(device) -> torch.Tensor:
-    """float32 [256, 2]: the values of a packed byte's two codes, element 2j (low nibble) first."""
+    """float32 [256, 2]: the values of a packed byte's two codes, element 2j (low nibble) first.
+    Built on `device` from views of e2m1_lut (no host copy or sync: CUDA-graph capture stays legal)."""
     lut = e2m1_lut(device)
-    return torch.stack((lut.repeat(16), lut.repeat_interleave(16)), dim=-1)
+    low, high = lut.unsqueeze(0).expand(16, 16), lut.unsqueeze(1).expand(16, 16)  # [high][low]
+    return torch.stack((low, high), dim=-1).reshape(256, 2)
 
 
 def dequantize_mxfp4(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
