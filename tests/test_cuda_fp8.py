@@ -234,6 +234,20 @@ def test_fp8_plans_of_the_benchmark_shapes_fit():
             assert ctas <= 132 or split.split_k == 1 or (ctas <= 2 * 132 and split == cuda_plans.fp8_paired_plan(m, n, k))
 
 
+def test_fp8_plans_put_the_splits_first_where_the_tiles_leave_most_sms_idle():
+    """33 tiles on 132 SMs (16x2112x7168): the limit keeps every split-3 plan of one and two
+    warpgroups (the measured winner's split) and cuts the unsplit plans, which were 4-6 us slower;
+    112 tiles (64x7168x2048): the unsplit plans stay first."""
+    def base(plans):
+        return [p for p in plans if not p.ahead and not p.cv]
+    long_k = base(cuda_plans.fp8_plans(16, 2112, 7168))
+    assert len(long_k) == 12 and all(p.split_k > 1 for p in long_k)
+    assert {(p.cg, p.stages) for p in long_k if p.split_k == 3} >= {(1, 10), (2, 10), (1, 4), (2, 4)}
+    assert [p.split_k for p in long_k] == sorted((p.split_k for p in long_k), reverse=True)
+    wide = base(cuda_plans.fp8_plans(64, 7168, 2048))
+    assert wide[0].split_k == 1 and cuda_plans.fp8_tiles(64, 7168) * 2 >= 132
+
+
 def test_the_quantization_block_is_the_kernels():
     """A thread per 8 values of a row, whole warps, ceil(words / 512) words a thread past 512 words;
     the kernel is built for the launcher's block (its word stride assumes it)."""
@@ -400,11 +414,12 @@ def test_fp8_plans_are_offered_only_once_memchecked(monkeypatch):
         variants = [dict(cg=1), dict(stages=4), dict(cg=1, stages=4), dict(mc=4), dict(mc=2)]
         assert offered == [deepest] + [deepest._replace(**fields) for fields in variants] + [paired]
         offered = [p for p in cuda.candidates(16, 2112, 7168, "cuda") if isinstance(p, Fp8Plan)]
-        # 33 tiles x 4 <= 132, then the limit; two CTAs an SM: 33 x 8 <= 264, a 2-stage ring
-        assert [p.split_k for p in offered] == [1] * 5 + [8] + [4] * 5 + [3]
-        assert [p.cg for p in offered] == [2, 4, 1, 2, 1] + [1] + [2, 4, 1, 2, 1] + [2]
+        # 33 tiles x 4 <= 132; 33 tiles leave most SMs idle: splits 4, 3, 2 first, then the limit cuts
+        # the unsplit plans and the one with two CTAs an SM (33 x 8 <= 264)
+        assert [p.split_k for p in offered] == [4] * 5 + [3] * 5 + [2] * 2
+        assert [p.cg for p in offered] == [2, 4, 1, 2, 1] * 2 + [2, 4]
         assert [p.stages == 4 for p in offered[:5]] == [False, False, False, True, True]
-        assert offered[5] == Fp8Plan(FP8, 16, 2, 8)
+        assert Fp8Plan(FP8, 16, 2, 8) in cuda_plans.fp8_plans(16, 2112, 7168, limit=99)
         offered = [p for p in cuda.candidates(256, 3072, 1536, "cuda") if isinstance(p, Fp8Plan)]
         # 96 tiles; cg 2 and 4: registers; two 128-row CTAs do not fit an SM's registers
         assert [(p.mp, p.split_k, p.cg, p.mc, p.stages) for p in offered] == [(128, 1, 1, 1, 5), (128, 1, 1, 1, 4)]

@@ -162,16 +162,22 @@ def fp8_plans(m: int, n: int, k: int, compute_units: int = 132, limit: int = 12)
     CTA on its own SM (tiles x split <= compute_units; clusters of 4 at 33 tiles already spill into a
     second wave on an H100, so the tuner measures a few). Each with 2, 4 and 1 consumer warpgroups
     at the deepest ring that fits, 2 and 1 at 4 stages (fewer A copies in flight at once: 15.4 vs 17.0 us
-    at 64x7168x2048 with one warpgroup, H100), then A's copies shared by 4 and 2 B tiles (multicast).
-    After the unsplit plans, one plan with two CTAs an SM (`fp8_paired_plan`). Past the limit, the
+    at 64x7168x2048 with one warpgroup, H100), then A's copies shared by 4 and 2 B tiles (multicast);
+    the unsplit plans last where the tiles fill less than half the SMs. After the unsplit plans, one
+    plan with two CTAs an SM (`fp8_paired_plan`). Past the limit, the
     plans that convert B's first chunks ahead of A (`fp8_ahead_plans`) and those with converter
     warpgroups (`fp8_cv_plans`)."""
     if k % FP8_KC:
         return []
     tiles = fp8_tiles(m, n)
     splits = [s for s in range(2, min(8, k // FP8_KC) + 1) if tiles * s <= compute_units][-3:]
+    # Where the tiles alone fill less than half the SMs the unsplit plans come last, so the limit cuts
+    # them rather than splits: at 16x2112x7168 (33 tiles) they were 17.4-19.0 us against 12.9-13.9 for
+    # splits 3 and 4, and split 3 with one warpgroup had not been measured (H100, 2026-12-07,
+    # notes/results/2026-12-07/h100-bench-humming/tune.json).
+    order = splits[::-1] + [1] if 2 * tiles < compute_units else [1] + splits[::-1]
     plans = []
-    for split in [1] + splits[::-1]:
+    for split in order:
         two, four, one = (fp8_plan(m, k, split, cg) for cg in (2, 4, 1))
         shallow = [plan._replace(stages=min(plan.stages, 4)) for plan in (two, one) if plan]
         shared = [plan._replace(mc=mc) for mc in (4, 2) for plan in (two, four) if plan]
