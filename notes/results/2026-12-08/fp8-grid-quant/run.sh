@@ -19,7 +19,7 @@ patch -s -o $L/fold_batched.h mxfp4_mm/backends/cuda/mxfp4_fold_sm90.h $R/h100-a
 python3 -c "import sys; k=open('$K').read(); h=open('$L/fold_batched.h').read().replace('#pragma once', ''); open('$L/batched.cu', 'w').write(k.replace('#include \"mxfp4_fold_sm90.h\"', h))"
 G=notes/results/2026-12-08/fp8-grid-quant/gq_lab.py
 S="16,2112,7168 8,2112,7168 64,7168,2048 256,3072,1536"
-step 150 python3 $G $L/gq.cu,$L/gq_all.cu 40 $OUT/gq1.json
+step 200 python3 $G $L/gq.cu,$L/gq_all.cu 40 $OUT/gq1.json
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1
 step 150 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 python3 $G $L/gq.cu 1 --check-only
 unset PYTORCH_NO_CUDA_MEMORY_CACHING
