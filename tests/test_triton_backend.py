@@ -127,6 +127,21 @@ def test_the_tuner_is_offered_only_memchecked_layouts(monkeypatch):
     assert offered == [p for p in every if p.b_layout in triton_backend.MEMCHECKED_LAYOUTS] and offered
 
 
+def test_gfx950_offers_narrower_column_tiles_only_where_the_grid_leaves_cus_idle():
+    """AMD's 128-column tiles give 23-128 programs at the K = 512 task shapes on 256 CUs: the
+    candidates add 64 (and 32) columns while the grid still fits the CUs, fitted to their warps;
+    a shape whose prior already fills the CUs gets none."""
+    def narrow(shape):
+        prior = triton_backend.candidates_for_arch(*shape, "gfx950", 256)[0]
+        return prior, [p for p in triton_backend.candidates_for_arch(*shape, "gfx950", 256)
+                       if p.block_n < prior.block_n]
+    prior, extra = narrow((32, 4096, 512))
+    assert prior.block_n == 128 and [(p.block_m, p.block_n, p.num_warps) for p in extra] == [(8, 64, 4)]
+    assert extra[0] == triton_plans.fitted(prior._replace(block_n=64))
+    assert [p.block_n for p in narrow((4, 2880, 512))[1]] == [64, 32]  # 23, 45 and 90 programs
+    assert narrow((16, 2112, 7168))[1] == [] and narrow((256, 3072, 1536))[1] == []
+
+
 def test_split_k_steps_leave_no_empty_split():
     for k_steps in range(1, 40):
         for wanted in range(1, 20):
@@ -575,7 +590,8 @@ def _candidate_cases():
     cases = []
     for shape in TASK_SHAPES:
         for arch in ("gfx950", "sm_90"):
-            for plan in triton_backend.candidates_for_arch(*shape, arch, 132):
+            units = triton_plans.GFX950_COMPUTE_UNITS if arch == "gfx950" else 132
+            for plan in triton_backend.candidates_for_arch(*shape, arch, units):
                 cases.append(pytest.param(shape, plan, id=f"{arch}-{'x'.join(map(str, shape))}-"
                                                           f"{triton_backend.plan_label(plan)}"))
     assert triton_plans.PLANS["gfx950"]

@@ -37,7 +37,7 @@ from mxfp4_mm.backends import triton as triton_backend  # noqa: E402
 from mxfp4_mm.backends.triton import plans as triton_plans  # noqa: E402
 
 SHAPES = gfx950_compare.BENCHMARKS + gfx950_compare.TESTS
-COMPUTE_UNITS = 256  # MI355X
+COMPUTE_UNITS = triton_plans.GFX950_COMPUTE_UNITS
 
 
 def _compile_key(plan, n, k):

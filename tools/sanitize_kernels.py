@@ -77,9 +77,11 @@ def _triton_plans(triton_backend, m, n, k, device):
     """Every Triton plan of both arches' tables and rules that fits (m, n, k), memchecked or not
     (the AMD-only compile options of the gfx950 plans are left out on NVIDIA and their fp4 convert
     is emulated; tiles, layouts and split-K are what the sanitizer checks)."""
-    units = torch.cuda.get_device_properties(device).multi_processor_count
+    from mxfp4_mm.backends.triton import plans as triton_plans
+    units = {"sm_90": torch.cuda.get_device_properties(device).multi_processor_count,
+             "gfx950": triton_plans.GFX950_COMPUTE_UNITS}  # the gfx950 plans as an MI355X lists them
     plans = [triton_backend.with_convert_emulated(plan)
-             for arch in ("sm_90", "gfx950") for plan in triton_backend.candidates_for_arch(m, n, k, arch, units)]
+             for arch in ("sm_90", "gfx950") for plan in triton_backend.candidates_for_arch(m, n, k, arch, units[arch])]
     return list(dict.fromkeys(plans))
 
 

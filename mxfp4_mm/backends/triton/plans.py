@@ -23,6 +23,9 @@ Plan = collections.namedtuple(
 # "folded" (no codes: A and B as exact bf16 values into a plain bf16 dot, wgmma on Hopper; offered
 # on NVIDIA only, where dot_scaled is emulated with mma.sync).
 A_CONVERTS = {"arithmetic": 0, "hardware": 1, "emulated": 2, "folded": 3}
+# An MI355X's CUs: the gfx950 candidates are listed for it where checks run on another GPU or none
+# (their narrower column tiles depend on the CU count).
+GFX950_COMPUTE_UNITS = 256
 
 # AMD's gfx950 configs (aiter/ops/triton/configs/gemm/gfx950-GEMM-A16WFP4*.json), per task shape:
 # (BLOCK_M, BLOCK_N, BLOCK_K, NUM_KSPLIT, num_warps, num_stages, waves_per_eu, GROUP_SIZE_M,
@@ -112,10 +115,11 @@ def general_plan(m: int, n: int, k: int, compute_units: int) -> Plan:
     return Plan(block_m, block_n, block_k, split_k, 4, 2)
 
 
-def _gfx950_variations(m, n, k, first: Plan):
+def _gfx950_variations(m, n, k, first: Plan, compute_units: int):
     """Neighbours of the prior worth timing on gfx950: its arithmetic-quantizing twin, the three B
-    layouts, split-K halved and doubled, row tiles fitted to M, wider column tiles; each `fitted`,
-    and at most 32 quantized A elements per lane (more spill)."""
+    layouts, split-K halved and doubled, row tiles fitted to M, wider column tiles, and where the
+    prior's grid leaves CUs idle narrower ones; each `fitted`, and at most 32 quantized A elements
+    per lane (more spill)."""
     k_steps = -(-k // first.block_k)
     # The arithmetic twin first: it does not depend on the hardware convert behaving as documented.
     out = [first._replace(a_convert="arithmetic")]
@@ -127,6 +131,14 @@ def _gfx950_variations(m, n, k, first: Plan):
             out.append(first._replace(block_m=block_m))
     if n >= 4096:
         out.append(first._replace(block_n=256, num_warps=8))
+    # AMD's configs for M <= 32 and K = 512 are their generic files' 128 columns: 23 to 128 programs
+    # on 256 CUs at the task's K = 512 shapes, a latency-bound load each. Halving the columns (or
+    # quartering them) while the grid still fits the CUs doubles the loads in flight; N = 2880 then
+    # also has no half-empty last column.
+    for block_n in (first.block_n // 2, first.block_n // 4):
+        programs = -(-m // first.block_m) * -(-n // block_n) * first.split_k
+        if block_n >= 32 and programs <= compute_units:
+            out.append(first._replace(block_n=block_n))
     out.append(first._replace(waves_per_eu=0))
     return [plan for plan in map(fitted, out) if a_elements_per_lane(plan) <= 32]
 
@@ -168,5 +180,5 @@ def folded_plans(m: int, n: int, k: int, first: Plan, compute_units: int):
 def variations(m: int, n: int, k: int, arch: str, first: Plan, compute_units: int):
     """Candidate plans beside `first` (the prior), most promising first; may not fit every N, K."""
     if arch == "gfx950":
-        return _gfx950_variations(m, n, k, first)
+        return _gfx950_variations(m, n, k, first, compute_units)
     return _generic_variations(m, n, k, arch, first, compute_units)
