@@ -79,10 +79,9 @@ def triton_numbers(m: int, n: int, k: int, plan) -> dict:
 
     stats = isa_stats(triton_backend.aot_compile(plan, n, k, GPUTarget("hip", "gfx950", 64)).asm["amdgcn"])
     k_steps = -(-k // plan.block_k)
-    split_k = triton_plans.split_k_steps(k_steps, plan.split_k)[0]
     tiles = -(-m // plan.block_m) * -(-n // plan.block_n)
     wave_steps = tiles * k_steps * plan.num_warps  # every wave of every program runs the body once per step
-    return dict(plan=triton_backend.plan_label(plan), programs=tiles * split_k,
+    return dict(plan=triton_backend.plan_label(plan), programs=triton_plans.programs(m, n, k, plan),
                 grid_mfma=stats["loop_mfma"] * wave_steps, kloop_valu=stats["loop_valu"] * wave_steps,
                 vgpr_spill=stats["vgpr_spills"], sgpr_spill=stats["sgpr_spills"], vgprs=stats["vgprs"],
                 occupancy=stats["occupancy"])

@@ -104,6 +104,12 @@ def split_k_steps(k_steps: int, split_k: int):
     return -(-k_steps // steps), steps
 
 
+def programs(m: int, n: int, k: int, plan: Plan) -> int:
+    """Programs of the plan's launch: output tiles times the splits `split_k_steps` keeps."""
+    tiles = -(-m // plan.block_m) * -(-n // plan.block_n)
+    return tiles * split_k_steps(-(-k // plan.block_k), plan.split_k)[0]
+
+
 def general_plan(m: int, n: int, k: int, compute_units: int) -> Plan:
     """Small-M GEMMs are bandwidth-bound: tiles of 16..64 rows by 64 columns, and split K until
     the launch has about one program per compute unit."""
@@ -135,10 +141,9 @@ def _gfx950_variations(m, n, k, first: Plan, compute_units: int):
     # on 256 CUs at the task's K = 512 shapes, a latency-bound load each. Halving the columns (or
     # quartering them) while the grid still fits the CUs doubles the loads in flight; N = 2880 then
     # also has no half-empty last column.
-    for block_n in (first.block_n // 2, first.block_n // 4):
-        programs = -(-m // first.block_m) * -(-n // block_n) * first.split_k
-        if block_n >= 32 and programs <= compute_units:
-            out.append(first._replace(block_n=block_n))
+    for narrower in (first._replace(block_n=first.block_n // 2), first._replace(block_n=first.block_n // 4)):
+        if narrower.block_n >= 32 and programs(m, n, k, narrower) <= compute_units:
+            out.append(narrower)
     out.append(first._replace(waves_per_eu=0))
     return [plan for plan in map(fitted, out) if a_elements_per_lane(plan) <= 32]
 
